@@ -1,0 +1,56 @@
+"""mgtutor: the helpers behind the notebook series on multi-GPU data-parallel training.
+
+Import what you need by name (``from mgtutor import setup_devices``). Nothing is
+loaded until first use, so ``import mgtutor`` never starts TensorFlow: device
+set-up must come before TensorFlow's runtime starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "DeviceSetup": "devices",
+    "DeviceSetupError": "devices",
+    "setup_devices": "devices",
+    "describe": "devices",
+    "parameter_memory": "devices",
+    "CIFAR10_CLASSES": "data",
+    "MNIST_CLASSES": "data",
+    "Dataset": "data",
+    "DataError": "data",
+    "DataNotFoundError": "data",
+    "load_dataset": "data",
+    "load_cifar10": "data",
+    "load_mnist": "data",
+    "synthetic_dataset": "data",
+    "take_subset": "data",
+    "scale_images": "data",
+    "one_hot": "data",
+    "class_counts": "data",
+    "make_dataset": "data",
+    "record": "records",
+    "read_records": "records",
+    "show_images": "plots",
+    "plot_class_counts": "plots",
+    "plot_history": "plots",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mgtutor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"mgtutor.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

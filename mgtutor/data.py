@@ -1,0 +1,507 @@
+"""Load CIFAR-10 and MNIST from wherever they are, offline included, and prepare them.
+
+Where the loaders look, in this order (the first source that has the data wins):
+
+1. the ``path`` argument: a file (``cifar-10-python.tar.gz``, a Keras-layout
+   ``.npz``, the IDX ``.gz`` files' folder) or a folder holding one of them;
+2. the folder or file named by the environment variable ``MGTUTOR_DATA_DIR``;
+3. the Keras cache (``$KERAS_HOME/datasets``, default ``~/.keras/datasets``),
+   where ``keras.datasets.*.load_data()`` leaves its downloads;
+4. the normal Keras download, when the network is reachable and
+   ``MGTUTOR_OFFLINE`` is not set.
+
+If all of them fail, ``load_dataset(..., synthetic_fallback=True)`` (what the
+notebooks use) returns a clearly labelled synthetic data set of the same shape
+that a CNN can learn, so a classroom without internet still runs the series.
+Asked for real data only, the loaders raise `DataError` listing what they tried.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import socket
+import struct
+import sys
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
+OFFLINE_ENV = "MGTUTOR_OFFLINE"
+DATASET_NAMES = ("cifar10", "mnist", "synthetic")
+
+CIFAR10_CLASSES = (
+    "airplane", "automobile", "bird", "cat", "deer",
+    "dog", "frog", "horse", "ship", "truck",
+)  # fmt: skip
+MNIST_CLASSES = tuple(str(digit) for digit in range(10))
+
+# Names as the official archive, older and newer Keras caches and our shared
+# folder spell them; exact pixels before the JPEG-lossy npz.
+_CIFAR_NAMES = (
+    "cifar-10-batches-py",
+    "cifar-10-batches-py-target/cifar-10-batches-py",
+    "cifar-10-python.tar.gz",
+    "cifar-10-batches-py-target_archive",
+    "cifar-10-batches-py.tar.gz",
+    "cifar-10-python*.tar.gz",
+    "cifar10*.npz",
+    "cifar-10*.npz",
+)
+_MNIST_NAMES = (".", "mnist", "mnist-subset", "mnist*", "mnist.npz")
+_IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+_DOWNLOAD_HOSTS = {"cifar10": "www.cs.toronto.edu", "mnist": "storage.googleapis.com"}
+# What goes wrong inside a damaged archive, whatever the layer that notices.
+_READ_ERRORS = (
+    tarfile.TarError, EOFError, OSError, pickle.UnpicklingError, zlib.error,
+    zipfile.BadZipFile, KeyError, ValueError, IndexError, struct.error, TypeError,
+)  # fmt: skip
+
+
+class DataError(RuntimeError):
+    """The data could not be found or read; the message says what was tried and the fix."""
+
+
+class DataNotFoundError(DataError):
+    """No source had the data set (as opposed to a source that had it damaged)."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Images (N, H, W, C) uint8 and labels (N, 1) uint8, with where they came from.
+
+    Unpacks like ``keras.datasets.cifar10.load_data()``:
+    ``(x_train, y_train), (x_test, y_test) = load_cifar10()``.
+    """
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    class_names: tuple[str, ...]
+    source: str
+    synthetic: bool = False
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        yield self.x_train, self.y_train
+        yield self.x_test, self.y_test
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def subset(self, train_samples: int | None, test_samples: int | None = None, seed: int = 0):
+        """A class-balanced, reproducible subset (None keeps a split whole)."""
+        x_train, y_train = take_subset(self.x_train, self.y_train, train_samples, seed, "train_samples")
+        x_test, y_test = take_subset(self.x_test, self.y_test, test_samples, seed, "test_samples")
+        return replace(self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+
+    def summary(self) -> str:
+        label = "SYNTHETIC stand-in" if self.synthetic else "real"
+        return (
+            f"{self.name} ({label}) from {self.source}: train {self.x_train.shape}, "
+            f"test {self.x_test.shape}, {self.num_classes} classes"
+        )
+
+
+# --------------------------------------------------------------------------- finding
+
+
+def keras_cache_dir() -> Path:
+    """Where Keras keeps downloaded data sets (``$KERAS_HOME/datasets``)."""
+    return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")).expanduser() / "datasets"
+
+
+def _matches(folder: Path, patterns: tuple[str, ...]) -> list[Path]:
+    found: list[Path] = []
+    for pattern in patterns:
+        hits = sorted(folder.glob(pattern)) if "*" in pattern else [folder / pattern]
+        found.extend(hit for hit in hits if hit.exists() and hit not in found)
+    return found
+
+
+def _locations(path: str | os.PathLike | None, patterns: tuple[str, ...]) -> list[tuple[str, list[Path]]]:
+    """(description, candidate paths) per source, in the documented order."""
+    sources: list[tuple[str, list[Path]]] = []
+    for label, given in (("path argument", path), (DATA_DIR_ENV, os.environ.get(DATA_DIR_ENV))):
+        if given in (None, ""):
+            continue
+        where = Path(given).expanduser()
+        if not where.exists():
+            hint = "pass an existing file or folder" if label == "path argument" else (
+                f"point {DATA_DIR_ENV} at the folder holding the data, or unset it"
+            )
+            raise DataError(f"{label} {str(where)!r} does not exist; {hint}.")
+        sources.append((f"{label} {where}", _matches(where, patterns) if where.is_dir() else [where]))
+    cache = keras_cache_dir()
+    sources.append((f"Keras cache {cache}", _matches(cache, patterns) if cache.is_dir() else []))
+    return sources
+
+
+def _download_allowed(name: str, allow_download: bool) -> tuple[bool, str]:
+    if not allow_download:
+        return False, "download not allowed (allow_download=False)"
+    if os.environ.get(OFFLINE_ENV, "") not in ("", "0"):
+        return False, f"download skipped ({OFFLINE_ENV} is set)"
+    try:
+        socket.create_connection((_DOWNLOAD_HOSTS[name], 443), timeout=3).close()
+    except OSError as err:
+        return False, f"download impossible: {_DOWNLOAD_HOSTS[name]} unreachable ({err})"
+    return True, ""
+
+
+def _load(name: str, path, allow_download: bool, patterns, reader, downloader) -> Dataset:
+    tried: list[str] = []
+    for description, candidates in _locations(path, patterns):
+        for candidate in candidates:
+            if reader(candidate, probe=True):
+                return reader(candidate, probe=False)
+            tried.append(f"{description}: {candidate.name} is not a {name} layout")
+        if not candidates:
+            tried.append(f"{description}: nothing for {name}")
+        if description.startswith("path argument"):
+            break  # an explicit path is what the caller wants; other sources would surprise
+    explicit = path not in (None, "")
+    allowed, why_not = (False, "") if explicit else _download_allowed(name, allow_download)
+    if allowed:
+        return downloader()
+    if why_not:
+        tried.append(why_not)
+    raise DataNotFoundError(
+        f"No {name} data found. Tried, in order:\n  - "
+        + "\n  - ".join(tried)
+        + f"\nFix: set {DATA_DIR_ENV} to a folder holding the data (or pass path=...), "
+        "or connect to the internet once so Keras can download and cache it, "
+        "or use load_dataset(..., synthetic_fallback=True) for a synthetic stand-in."
+    )
+
+
+def _unreadable(path: Path, err: BaseException, name: str) -> DataError:
+    return DataError(
+        f"{path} is not a readable {name} file ({type(err).__name__}: {err}). It is probably "
+        "truncated or corrupt: delete it and fetch it again, or point the loader elsewhere."
+    )
+
+
+# --------------------------------------------------------------------------- CIFAR-10
+
+
+def _cifar_batches_from(path: Path) -> dict[str, bytes]:
+    """Raw bytes of each ``data_batch_N`` / ``test_batch`` in a folder or tar archive."""
+    wanted = {f"data_batch_{i}" for i in range(1, 6)} | {"test_batch"}
+    if path.is_dir():
+        return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name in wanted}
+    with tarfile.open(path, "r:*") as archive:
+        members = [m for m in archive.getmembers() if m.isfile() and Path(m.name).name in wanted]
+        return {Path(m.name).name: archive.extractfile(m).read() for m in members}
+
+
+def _decode_cifar_batch(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    batch = pickle.loads(raw, encoding="bytes")
+    data = np.asarray(batch[b"data"], dtype=np.uint8)
+    labels = np.asarray(batch[b"labels"], dtype=np.uint8).reshape(-1, 1)
+    if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
+        raise ValueError(f"batch has data {data.shape} and {len(labels)} labels, not N x 3072")
+    # Rows are channel-major (R plane, G plane, B plane); Keras layout is NHWC.
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
+
+
+def _is_npz(path: Path) -> bool:
+    return path.is_file() and path.suffix == ".npz"
+
+
+def _read_npz(path: Path, name: str, class_names: tuple[str, ...], probe: bool):
+    if probe:
+        return _is_npz(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+    except _READ_ERRORS as err:
+        raise _unreadable(path, err, name) from err
+    if name == "mnist" and arrays["x_train"].ndim == 3:
+        arrays = {k: (v[..., None] if k.startswith("x") else v) for k, v in arrays.items()}
+    for key in ("y_train", "y_test"):
+        arrays[key] = arrays[key].astype(np.uint8).reshape(-1, 1)
+    return Dataset(name, **arrays, class_names=class_names, source=str(path))
+
+
+def _read_cifar(path: Path, probe: bool):
+    if _is_npz(path):
+        return _read_npz(path, "cifar10", CIFAR10_CLASSES, probe)
+    is_archive = path.is_file() and (path.suffix in (".gz", ".tgz", ".tar") or "archive" in path.name)
+    is_folder = path.is_dir() and (path / "test_batch").exists()
+    if probe:
+        return is_archive or is_folder
+    try:
+        raw = _cifar_batches_from(path)
+        if "test_batch" not in raw or not any(k.startswith("data_batch") for k in raw):
+            raise KeyError("no data_batch_N or test_batch inside")
+        train = [_decode_cifar_batch(raw[k]) for k in sorted(raw) if k.startswith("data_batch")]
+        x_test, y_test = _decode_cifar_batch(raw["test_batch"])
+    except _READ_ERRORS as err:
+        raise _unreadable(path, err, "CIFAR-10") from err
+    return Dataset(
+        "cifar10",
+        np.concatenate([x for x, _ in train]),
+        np.concatenate([y for _, y in train]),
+        x_test,
+        y_test,
+        CIFAR10_CLASSES,
+        source=str(path),
+    )
+
+
+def _download_cifar10() -> Dataset:
+    import keras
+
+    (x_train, y_train), (x_test, y_test) = keras.datasets.cifar10.load_data()
+    return Dataset("cifar10", x_train, y_train, x_test, y_test, CIFAR10_CLASSES, "Keras download")
+
+
+def load_cifar10(path: str | os.PathLike | None = None, *, allow_download: bool = True) -> Dataset:
+    """Real CIFAR-10 from the first source that has it (see the module docstring).
+
+    Reads the official ``cifar-10-python.tar.gz``, its extracted
+    ``cifar-10-batches-py/`` folder (any number of images per batch) and
+    Keras-layout ``.npz`` files. Raises `DataError` when nothing is found.
+    """
+    return _load("cifar10", path, allow_download, _CIFAR_NAMES, _read_cifar, _download_cifar10)
+
+
+# --------------------------------------------------------------------------- MNIST
+
+
+def _idx_file(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / f"{stem}.gz", folder / stem):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _parse_idx(path: Path) -> np.ndarray:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        content = handle.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", content[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise ValueError(f"bad IDX magic {content[:4].hex()} (want 0000 08 0N for unsigned bytes)")
+    shape = struct.unpack(f">{ndim}I", content[4 : 4 + 4 * ndim])
+    body = np.frombuffer(content, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(shape)):
+        raise ValueError(f"header says {shape} but the file holds {body.size} values")
+    return body.reshape(shape)
+
+
+def _read_mnist(path: Path, probe: bool):
+    if _is_npz(path):
+        return _read_npz(path, "mnist", MNIST_CLASSES, probe)
+    files = {key: _idx_file(path, stem) for key, stem in _IDX_FILES.items()} if path.is_dir() else {}
+    if probe:
+        return bool(files) and all(files.values())
+    arrays = {}
+    for key, file in files.items():
+        try:
+            arrays[key] = _parse_idx(file)
+        except _READ_ERRORS as err:
+            raise _unreadable(file, err, "MNIST IDX") from err
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim != 3 or len(x) != len(y):
+            raise DataError(f"MNIST {split} files in {path} disagree: images {x.shape}, labels {y.shape}.")
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = x[..., None], y.reshape(-1, 1)
+    return Dataset("mnist", **arrays, class_names=MNIST_CLASSES, source=str(path))
+
+
+def _download_mnist() -> Dataset:
+    import keras
+
+    (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
+    return Dataset(
+        "mnist", x_train[..., None], y_train.reshape(-1, 1), x_test[..., None],
+        y_test.reshape(-1, 1), MNIST_CLASSES, "Keras download",
+    )  # fmt: skip
+
+
+def load_mnist(path: str | os.PathLike | None = None, *, allow_download: bool = True) -> Dataset:
+    """Real MNIST, images (N, 28, 28, 1), from the official IDX files or Keras' ``mnist.npz``."""
+    return _load("mnist", path, allow_download, _MNIST_NAMES, _read_mnist, _download_mnist)
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic_dataset(
+    train_samples: int = 5000,
+    test_samples: int = 1000,
+    *,
+    image_shape: tuple[int, int, int] = (32, 32, 3),
+    num_classes: int = 10,
+    seed: int = 0,
+) -> Dataset:
+    """A learnable stand-in: class k is a striped pattern of its own angle and frequency.
+
+    Random phase, contrast, colour and noise make each image different, so a CNN
+    must learn orientation and frequency, not memorise pixels. Not CIFAR-10:
+    accuracies on it say nothing about accuracies on real images.
+    """
+    for label, value in (("train_samples", train_samples), ("test_samples", test_samples)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a whole number >= 1, got {value!r}.")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes must be a whole number >= 2, got {num_classes!r}.")
+    height, width, channels = image_shape
+    rng = np.random.default_rng(seed)
+    total = train_samples + test_samples
+    labels = np.arange(total) % num_classes
+    rng.shuffle(labels)
+    half = (num_classes + 1) // 2
+    angle = (labels % half) * np.pi / half + rng.normal(0, 0.05, total)
+    cycles = np.where(labels < half, 2.0, 4.5) + rng.normal(0, 0.1, total)
+    phase = rng.uniform(0, 2 * np.pi, total)
+    rows, cols = np.mgrid[0:height, 0:width].astype(np.float32)
+    along = (np.cos(angle)[:, None, None] * cols + np.sin(angle)[:, None, None] * rows) / width
+    pattern = np.sin(2 * np.pi * cycles[:, None, None] * along + phase[:, None, None])
+    tint = rng.uniform(0.4, 1.0, (total, 1, 1, channels))
+    contrast = rng.uniform(0.5, 1.0, (total, 1, 1, 1))
+    image = 0.5 + 0.4 * contrast * pattern[..., None] * tint
+    image += rng.normal(0, 0.08, image.shape)
+    pixels = np.clip(image * 255, 0, 255).astype(np.uint8)
+    y = labels.astype(np.uint8).reshape(-1, 1)
+    return Dataset(
+        "synthetic",
+        pixels[:train_samples], y[:train_samples], pixels[train_samples:], y[train_samples:],
+        class_names=tuple(f"pattern-{k}" for k in range(num_classes)),
+        source=f"synthetic_dataset(seed={seed})",
+        synthetic=True,
+    )  # fmt: skip
+
+
+def load_dataset(
+    name: str = "cifar10",
+    path: str | os.PathLike | None = None,
+    *,
+    synthetic_fallback: bool = True,
+    allow_download: bool = True,
+    seed: int = 0,
+) -> Dataset:
+    """The notebooks' entry point: ``"cifar10"``, ``"mnist"`` or ``"synthetic"``.
+
+    With ``synthetic_fallback`` (the default), a real data set that cannot be had
+    is replaced by `synthetic_dataset` of the same shape, with a loud warning.
+    """
+    if name not in DATASET_NAMES:
+        raise ValueError(f"dataset name must be one of {DATASET_NAMES}, got {name!r}.")
+    shape = (28, 28, 1) if name == "mnist" else (32, 32, 3)
+    if name == "synthetic":
+        return synthetic_dataset(image_shape=shape, seed=seed)
+    loader = load_cifar10 if name == "cifar10" else load_mnist
+    try:
+        return loader(path, allow_download=allow_download)
+    except DataNotFoundError as err:
+        if not synthetic_fallback:
+            raise
+        banner = "!" * 78
+        print(
+            f"{banner}\nWARNING: real {name} data is not available, so this run uses a SYNTHETIC "
+            f"stand-in.\nAccuracies below are not {name} accuracies.\n{err}\n{banner}",
+            file=sys.stderr,
+        )
+        return synthetic_dataset(image_shape=shape, seed=seed)
+
+
+# --------------------------------------------------------------------------- preparing
+
+
+def take_subset(
+    x: np.ndarray, y: np.ndarray, n: int | None, seed: int = 0, parameter: str = "n"
+) -> tuple[np.ndarray, np.ndarray]:
+    """`n` examples, as close to equally many per class as the data allows, in random order."""
+    if n is None:
+        return x, y
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{parameter} must be a whole number >= 1 or None, got {n!r}.")
+    if n > len(y):
+        raise ValueError(f"{parameter}={n} but only {len(y)} examples exist; use at most {len(y)}.")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(y))
+    labels = np.asarray(y).reshape(-1)[order]
+    rank_in_class = np.zeros(len(order), dtype=np.int64)
+    for label in np.unique(labels):
+        members = labels == label
+        rank_in_class[members] = np.arange(members.sum())
+    # Ranks interleave the classes: the first n picks take from every class in turn.
+    chosen = order[np.argsort(rank_in_class, kind="stable")[:n]]
+    chosen = rng.permutation(chosen)
+    return x[chosen], y[chosen]
+
+
+def scale_images(x: np.ndarray) -> np.ndarray:
+    """uint8 pixels to float32 in [0, 1], what seed 000 does with ``/= 255``."""
+    return np.asarray(x, dtype=np.float32) / 255.0
+
+
+def one_hot(y: np.ndarray, num_classes: int) -> np.ndarray:
+    """Integer labels (N,) or (N, 1) to float32 one-hot (N, num_classes).
+
+    The replacement for Keras 2's ``keras.utils.np_utils.to_categorical``
+    (in Keras 3: ``keras.utils.to_categorical``).
+    """
+    labels = np.asarray(y).reshape(-1).astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}); found {labels.min()}..{labels.max()}. "
+            "Check num_classes."
+        )
+    return np.eye(num_classes, dtype=np.float32)[labels]
+
+
+def class_counts(y: np.ndarray, num_classes: int) -> np.ndarray:
+    """How many examples each class has."""
+    return np.bincount(np.asarray(y).reshape(-1).astype(np.int64), minlength=num_classes)
+
+
+def make_dataset(
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int | None = 0,
+    drop_remainder: bool = False,
+    repeat: bool = False,
+) -> Any:
+    """A ``tf.data`` pipeline: (seeded) shuffle, batch, prefetch.
+
+    Under a distribution strategy ``batch_size`` is the *global* batch, the
+    per-replica batch times the number of replicas.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}.")
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length: {len(x)} images, {len(y)} labels.")
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    if shuffle:
+        dataset = dataset.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,162 @@
+"""Give a notebook N devices to train on, real or simulated, and account for their memory.
+
+TensorFlow fixes its device list when its runtime starts (the first tensor or
+strategy), so `setup_devices` must run before anything else touches TF. On a
+machine without N GPUs it splits what there is into N *logical* devices: one
+GPU into N memory-limited logical GPUs, or the CPU into N logical CPUs. Logical
+devices share the same hardware: they prove correctness, not speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_GPU_MEMORY_LIMIT_MB = 2048
+
+
+class DeviceSetupError(RuntimeError):
+    """The requested devices cannot be given to this process."""
+
+
+@dataclass(frozen=True)
+class DeviceSetup:
+    """What `setup_devices` did: the device names to train on and how they came about."""
+
+    names: tuple[str, ...]
+    kind: str  # "gpu", "logical-gpu" or "logical-cpu"
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __getitem__(self, index: int) -> str:
+        return self.names[index]
+
+
+def _check_count(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n_devices must be a whole number >= 1, got {n!r}; pass e.g. n_devices=2.")
+    return n
+
+
+def setup_devices(
+    n_devices: int,
+    *,
+    gpu_memory_limit_mb: int = DEFAULT_GPU_MEMORY_LIMIT_MB,
+    verbose: bool = True,
+) -> DeviceSetup:
+    """Make `n_devices` devices available and return their names.
+
+    N real GPUs when there are that many; else the first GPU split into N logical
+    GPUs of `gpu_memory_limit_mb` each; else the CPU split into N logical CPUs.
+    Calling it again with the same N is harmless; a different N after TensorFlow
+    has started raises `DeviceSetupError` (restart the kernel).
+    """
+    n_devices = _check_count(n_devices)
+    if isinstance(gpu_memory_limit_mb, bool) or not isinstance(gpu_memory_limit_mb, int) or (
+        gpu_memory_limit_mb < 64
+    ):
+        raise ValueError(
+            f"gpu_memory_limit_mb must be a whole number of MB >= 64, got {gpu_memory_limit_mb!r}."
+        )
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= n_devices:
+        kind, physical, configs = "gpu", None, None
+    elif gpus:
+        kind, physical = "logical-gpu", gpus[0]
+        configs = [
+            tf.config.LogicalDeviceConfiguration(memory_limit=gpu_memory_limit_mb)
+            for _ in range(n_devices)
+        ]
+    else:
+        kind, physical = "logical-cpu", tf.config.list_physical_devices("CPU")[0]
+        configs = [tf.config.LogicalDeviceConfiguration() for _ in range(n_devices)]
+
+    if physical is not None:
+        try:
+            tf.config.set_logical_device_configuration(physical, configs)
+        except RuntimeError as err:  # the runtime has started: the split is fixed
+            existing = tf.config.list_logical_devices(physical.device_type)
+            if len(existing) != n_devices:
+                raise DeviceSetupError(
+                    f"TensorFlow has already started in this process with {len(existing)} "
+                    f"{physical.device_type} device(s); it cannot be given {n_devices} now. "
+                    "Restart the kernel (Kernel > Restart) and call setup_devices("
+                    f"{n_devices}) before anything else uses TensorFlow."
+                ) from err
+
+    device_type = "GPU" if kind in ("gpu", "logical-gpu") else "CPU"
+    logical = tf.config.list_logical_devices(device_type)
+    if len(logical) < n_devices:
+        raise DeviceSetupError(
+            f"Asked for {n_devices} {device_type} devices but TensorFlow shows "
+            f"{len(logical)}. Restart the kernel and call setup_devices({n_devices}) first."
+        )
+    setup = DeviceSetup(names=tuple(d.name for d in logical[:n_devices]), kind=kind)
+    if verbose:
+        print(_explain(setup, gpu_memory_limit_mb))
+    return setup
+
+
+def _explain(setup: DeviceSetup, gpu_memory_limit_mb: int) -> str:
+    n = len(setup)
+    if setup.kind == "gpu":
+        how = f"{n} real GPU(s)"
+    elif setup.kind == "logical-gpu":
+        how = f"1 GPU split into {n} logical GPUs of {gpu_memory_limit_mb} MB each"
+    else:
+        how = (
+            f"the CPU split into {n} logical CPU device(s) (no GPU found: "
+            "this shows correctness, not speed)"
+            if n > 1
+            else "the CPU (no GPU found)"
+        )
+    return f"setup_devices: using {how}: {', '.join(setup.names)}"
+
+
+def parameter_memory(model: Any) -> dict[str, int]:
+    """Bytes held by a model's weights: counts and bytes, trainable and not.
+
+    This is params x bytes per parameter, the figure seed 002 compares with
+    nvidia-smi (206,538,153 float32 params ~ 826 MB). Optimizer slots (RMSprop
+    keeps one per weight, Adam two) and activations come on top at training time.
+    """
+    import numpy as np
+
+    def tally(weights) -> tuple[int, int]:
+        count = sum(int(np.prod(w.shape)) for w in weights)
+        size = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in weights)
+        return count, size
+
+    trainable, trainable_bytes = tally(model.trainable_weights)
+    frozen, frozen_bytes = tally(model.non_trainable_weights)
+    return {
+        "params": trainable + frozen,
+        "trainable_params": trainable,
+        "non_trainable_params": frozen,
+        "bytes": trainable_bytes + frozen_bytes,
+    }
+
+
+def describe(model: Any = None) -> str:
+    """A table of physical and logical devices and, given a model, its parameter memory."""
+    import tensorflow as tf
+
+    lines = [f"{'kind':<9} {'type':<5} name", f"{'-' * 9} {'-' * 5} {'-' * 30}"]
+    for device in tf.config.list_physical_devices():
+        lines.append(f"{'physical':<9} {device.device_type:<5} {device.name}")
+    for device in tf.config.list_logical_devices():
+        lines.append(f"{'logical':<9} {device.device_type:<5} {device.name}")
+    if model is not None:
+        memory = parameter_memory(model)
+        lines.append("")
+        lines.append(
+            f"model {getattr(model, 'name', '')!s}: {memory['params']:,} parameters "
+            f"= {memory['bytes']:,} bytes ({memory['bytes'] / 2**20:.1f} MiB) of weights"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Shared test set-up: where the real data is, and running code in a fresh Python process.
+
+Device set-up happens once per process (TensorFlow fixes its devices when it
+starts), so every test that needs N simulated devices runs its code in a child
+process through `run_python`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# Nothing may download at test time; TF's C++ logging is noise.
+os.environ.setdefault("MGTUTOR_OFFLINE", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if not os.environ.get("MGTUTOR_DATA_DIR") and _SHARED_DATA.is_dir():
+    os.environ["MGTUTOR_DATA_DIR"] = str(_SHARED_DATA)
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The folder with the real data sets (CI: ../shared/data)."""
+    value = os.environ.get("MGTUTOR_DATA_DIR")
+    if not value or not Path(value).is_dir():
+        pytest.skip("real data not available: set MGTUTOR_DATA_DIR to the shared data folder")
+    return Path(value)
+
+
+@pytest.fixture
+def isolated_sources(tmp_path, monkeypatch) -> Path:
+    """No data anywhere: empty Keras cache, no MGTUTOR_DATA_DIR, offline."""
+    home = tmp_path / "keras_home"
+    home.mkdir()
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    monkeypatch.delenv("MGTUTOR_DATA_DIR", raising=False)
+    monkeypatch.setenv("MGTUTOR_OFFLINE", "1")
+    return home
+
+
+def run_python(code: str, *, timeout: float = 300, env: dict[str, str] | None = None) -> dict:
+    """Run `code` in a fresh interpreter; it must print one JSON object as its last line.
+
+    Returns that object. A failing child fails the test with its stderr tail.
+    """
+    child_env = {**os.environ, **(env or {})}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env,
+        cwd=ROOT,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"child process failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        pytest.fail(f"child printed no JSON last line:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
