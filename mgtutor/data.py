@@ -56,7 +56,7 @@ _CIFAR_NAMES = (
     "cifar10*.npz",
     "cifar-10*.npz",
 )
-_MNIST_NAMES = (".", "mnist", "mnist-subset", "mnist*", "mnist.npz")
+_MNIST_NAMES = ("mnist", "mnist-subset", "mnist*", "mnist.npz")
 _IDX_FILES = {
     "x_train": "train-images-idx3-ubyte",
     "y_train": "train-labels-idx1-ubyte",
@@ -150,7 +150,9 @@ def _locations(path: str | os.PathLike | None, patterns: tuple[str, ...]) -> lis
                 f"point {DATA_DIR_ENV} at the folder holding the data, or unset it"
             )
             raise DataError(f"{label} {str(where)!r} does not exist; {hint}.")
-        sources.append((f"{label} {where}", _matches(where, patterns) if where.is_dir() else [where]))
+        # A folder may be the data itself (an extracted batches folder) or hold it.
+        candidates = [where, *_matches(where, patterns)] if where.is_dir() else [where]
+        sources.append((f"{label} {where}", candidates))
     cache = keras_cache_dir()
     sources.append((f"Keras cache {cache}", _matches(cache, patterns) if cache.is_dir() else []))
     return sources
@@ -174,9 +176,7 @@ def _load(name: str, path, allow_download: bool, patterns, reader, downloader) -
         for candidate in candidates:
             if reader(candidate, probe=True):
                 return reader(candidate, probe=False)
-            tried.append(f"{description}: {candidate.name} is not a {name} layout")
-        if not candidates:
-            tried.append(f"{description}: nothing for {name}")
+        tried.append(f"{description}: nothing for {name}")
         if description.startswith("path argument"):
             break  # an explicit path is what the caller wants; other sources would surprise
     explicit = path not in (None, "")

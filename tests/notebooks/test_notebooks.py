@@ -1,0 +1,125 @@
+"""Execute every notebook of the series with tiny parameters and check the values it records.
+
+One kernel per notebook (device set-up is once per process), in a temp folder.
+Each notebook has a check function below: a new notebook without one fails
+`test_every_notebook_has_checks`. Notebooks with cells marked
+``# NBVAL_CHECK_OUTPUT`` are also re-run by nbval (``--nbval-lax``), which
+compares those cells' outputs with the papermill run: a determinism check.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import papermill
+import pytest
+
+from mgtutor.records import read_records
+from mgtutor.series import find_notebooks, notebook_parameters
+from tests.conftest import ROOT
+
+NOTEBOOKS = find_notebooks(ROOT / "notebooks")
+TINY = {
+    "N_DEVICES": 2,
+    "EPOCHS": 1,
+    "TRAIN_SAMPLES": 256,
+    "TEST_SAMPLES": 128,
+    "BATCH_SIZE_PER_REPLICA": 16,
+    "SEED": 0,
+}
+TINY_PER_NOTEBOOK: dict[str, dict] = {}
+CHECKS: dict[str, Callable[[dict, dict], None]] = {}
+
+
+def checks(stem: str):
+    def register(function):
+        CHECKS[stem] = function
+        return function
+
+    return register
+
+
+def tiny_parameters(notebook: Path) -> dict:
+    defaults = notebook_parameters(notebook)
+    wanted = {**TINY, **TINY_PER_NOTEBOOK.get(notebook.stem, {})}
+    return {name: value for name, value in wanted.items() if name in defaults}
+
+
+def execute(notebook: Path, folder: Path, parameters: dict) -> tuple[Path, dict]:
+    executed = folder / notebook.name
+    papermill.execute_notebook(
+        str(notebook), str(executed), parameters=parameters, kernel_name="python3",
+        cwd=str(folder), progress_bar=False,
+    )  # fmt: skip
+    return executed, read_records(executed)
+
+
+def nbval(executed: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider", executed.name],
+        cwd=executed.parent, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, f"nbval found differing outputs:\n{result.stdout[-4000:]}"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_notebook(notebook, tmp_path):
+    parameters = tiny_parameters(notebook)
+    executed, records = execute(notebook, tmp_path, parameters)
+    CHECKS[notebook.stem](records, {**notebook_parameters(notebook), **parameters})
+    if "NBVAL_CHECK_OUTPUT" in notebook.read_text():
+        nbval(executed)
+
+
+def test_every_notebook_has_checks():
+    assert sorted(CHECKS) == sorted(nb.stem for nb in NOTEBOOKS)
+
+
+@pytest.mark.notebook
+def test_prepare_data_offline_with_nothing_uses_synthetic(tmp_path, isolated_sources):
+    notebook = ROOT / "notebooks" / "01_prepare_data.ipynb"
+    executed, records = execute(notebook, tmp_path, tiny_parameters(notebook))
+    assert records["synthetic"] is True and records["dataset_name"] == "synthetic"
+    assert records["train_shape"] == [TINY["TRAIN_SAMPLES"], 32, 32, 3]
+    assert "SYNTHETIC stand-in" in executed.read_text()
+
+
+# --------------------------------------------------------------------------- per notebook
+
+
+@checks("00_environment")
+def _(records: dict, p: dict) -> None:
+    assert records["n_devices"] == p["N_DEVICES"] == len(records["device_names"])
+    assert records["device_kind"] in ("gpu", "logical-gpu", "logical-cpu")
+    assert records["setup_is_idempotent"] is True and records["changing_n_refused"] is True
+    assert records["placement_ok"] == [True] * p["N_DEVICES"]
+    assert records["versions"]["tensorflow"].startswith("2.21")
+    assert records["versions"]["keras"].startswith("3.")
+    assert Path(records["kernel_python"]).resolve() == Path(sys.executable).resolve()
+    assert records["param_count"] == 32 * 32 * 3 * 512 + 512 + 512 * 10 + 10
+    assert records["param_bytes"] == records["allocated_bytes"] == 4 * records["param_count"]
+
+
+@checks("01_prepare_data")
+def _(records: dict, p: dict) -> None:
+    n_train, n_test = p["TRAIN_SAMPLES"], p["TEST_SAMPLES"]
+    assert records["train_shape"] == [n_train, 32, 32, 3]
+    assert records["test_shape"] == [n_test, 32, 32, 3]
+    counts = records["class_counts"]
+    assert sum(counts) == n_train and max(counts) - min(counts) <= 1
+    low, high = records["pixel_range"]
+    assert 0.0 <= low < 0.1 and 0.9 < high <= 1.0
+    assert records["one_hot_matches_keras"] is True
+    per_replica = p["BATCH_SIZE_PER_REPLICA"]
+    assert records["global_batch"] == per_replica * p["N_DEVICES"]
+    assert records["per_replica_batch_sizes"] == [per_replica] * p["N_DEVICES"]
+    assert records["steps_per_epoch"] == {
+        "single": -(-n_train // per_replica), "replicated": -(-n_train // records["global_batch"]),
+    }  # fmt: skip
+    assert records["single_device_batch_shape"] == [per_replica, 32, 32, 3]
+    if not records["synthetic"]:
+        assert records["full_train_shape"][1:] == [32, 32, 3] and records["dataset_name"] == "cifar10"

@@ -1,0 +1,41 @@
+"""The package's promises: pip and conda lists agree, and importing it does no work."""
+
+from __future__ import annotations
+
+import re
+
+import tomllib
+
+import mgtutor
+from tests.conftest import ROOT, run_python
+
+
+def _normalise(requirement: str) -> str:
+    return re.sub(r"\s+", "", requirement).lower()
+
+
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_normalise(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    pip_section = lines[lines.index("  - pip:") + 1 :]
+    listed = {_normalise(line.split("- ", 1)[1]) for line in pip_section if line.strip().startswith("- ")}
+    assert listed - {"-e."} == wanted
+    assert "-e." in listed  # conda users get mgtutor itself too
+
+
+def test_import_starts_nothing_heavy():
+    loaded = run_python(
+        """
+        import json, sys
+        import mgtutor
+        print(json.dumps(sorted(m for m in ("tensorflow", "keras", "matplotlib") if m in sys.modules)))
+        """
+    )
+    assert loaded == []
+
+
+def test_every_public_name_resolves():
+    for name in mgtutor.__all__:
+        assert getattr(mgtutor, name) is not None, name
+    assert "setup_devices" in dir(mgtutor)
