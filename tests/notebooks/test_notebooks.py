@@ -30,7 +30,10 @@ TINY = {
     "BATCH_SIZE_PER_REPLICA": 16,
     "SEED": 0,
 }
-TINY_PER_NOTEBOOK: dict[str, dict] = {}
+TINY_PER_NOTEBOOK: dict[str, dict] = {
+    # Enough steps that the dropout-heavy seed CNN measurably learns real CIFAR-10.
+    "02_build_cnn": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
+}
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 
 
@@ -123,3 +126,35 @@ def _(records: dict, p: dict) -> None:
     assert records["single_device_batch_shape"] == [per_replica, 32, 32, 3]
     if not records["synthetic"]:
         assert records["full_train_shape"][1:] == [32, 32, 3] and records["dataset_name"] == "cifar10"
+
+
+CHANCE = 0.1  # ten balanced classes
+UNIFORM_LOSS = 2.302585  # cross-entropy of guessing 1/10 for every class
+
+
+@checks("02_build_cnn")
+def _(records: dict, p: dict) -> None:
+    assert records["param_count"] == 1_250_858
+    assert records["param_bytes"] == records["allocated_bytes"] == 4 * 1_250_858
+    losses = records["train_loss"]
+    assert len(losses) == p["EPOCHS"] and losses[-1] < losses[0]
+    # Measured at these parameters: test loss 2.20, accuracy 0.17 (seeds 0-2).
+    assert records["test_loss"] < UNIFORM_LOSS - 0.05
+    assert records["test_accuracy"] > CHANCE + 0.02
+
+
+@checks("03_multi_gpu_wrapping")
+def _(records: dict, p: dict) -> None:
+    assert records["towers_share_weights"] is True
+    assert records["template_changed_by_training"] is True
+    # Towers see smaller batches than the template; CPU kernels may then sum in another order.
+    assert records["towers_forward_difference"] < 1e-6
+    assert records["uneven_forward_difference"] < 1e-6
+    assert records["reloaded_difference"] == 0.0
+    # Parity: k steps on N devices equal k steps on one, to float32 rounding,
+    # while the weights themselves moved by orders of magnitude more.
+    assert records["parity_weight_moved"] > 1e-3
+    assert records["parity_max_difference"]["towers"] < 1e-5
+    assert records["parity_max_difference"]["mirrored"] < 1e-5
+    for key in ("towers_val_accuracy", "mirrored_val_accuracy"):
+        assert 0.0 <= records[key] <= 1.0

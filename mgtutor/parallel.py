@@ -1,0 +1,495 @@
+"""Data-parallel training two ways: Keras 2's `multi_gpu_model` rebuilt, and MirroredStrategy.
+
+The tutorials this series starts from call ``keras.utils.multi_gpu_model``,
+which Keras 3 removed. `multi_gpu_model` here keeps that contract (a wrapper
+that slices each batch into one part per device, runs the template on every
+part under ``tf.device`` and concatenates the outputs, sharing the template's
+weights) so old code runs and can be compared, step for step, with the modern
+route: `mirrored_strategy` and its batch-size and learning-rate rules. The
+parity helpers at the end are what the tests and the notebooks use to show the
+two routes train the same model.
+
+Importing this module imports TensorFlow but starts nothing: no tensor, device
+or variable exists until a function is called, so `mgtutor.setup_devices` can
+still run afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+_SIMULATE_HINT = (
+    "To simulate {n} devices on this machine, put `mgtutor.setup_devices({n})` at the top of "
+    "the notebook, before anything else uses TensorFlow, then restart the kernel and run all."
+)
+
+# The device count of the first strategy made by `mirrored_strategy` in this
+# process: a second MirroredStrategy over a different count aborts the process
+# (the kernel dies without a Python error), so we refuse it first.
+_strategy_devices: tuple[str, ...] | None = None
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def available_devices() -> tuple[str, ...]:
+    """The devices to train on: the (logical) GPUs, or the logical CPUs if there is no GPU.
+
+    Calling it starts TensorFlow's runtime, which fixes the device list for the
+    rest of the process: call `mgtutor.setup_devices(n)` before it.
+    """
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return tuple(device.name for device in devices)
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _match_name(name: str, available: tuple[str, ...], parameter: str) -> str:
+    try:
+        wanted = tf.DeviceSpec.from_string(name)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{parameter}: {name!r} is not a device name such as '/gpu:0'.") from err
+    for candidate in available:
+        spec = tf.DeviceSpec.from_string(candidate)
+        if (spec.device_type, spec.device_index) == (wanted.device_type, wanted.device_index):
+            return candidate
+    raise ValueError(f"{parameter}: no device {name!r} in this process; available: {', '.join(available)}.")
+
+
+def _requested_count(devices: Any) -> int:
+    if _is_whole(devices):
+        return int(devices)
+    if isinstance(devices, str):
+        return 1
+    return len(list(devices)) if isinstance(devices, Iterable) else 0
+
+
+def resolve_devices(devices: Any, *, parameter: str = "gpus", minimum: int = 2) -> tuple[str, ...]:
+    """Device names from a count, a list of indices or a list of names (Keras 2's `gpus`).
+
+    An index ``i`` means the i-th device of the kind in use (see `available_devices`).
+    """
+    if isinstance(devices, str):
+        devices = [devices]
+    if _is_whole(devices):
+        count, wanted = int(devices), None
+    elif isinstance(devices, Iterable):
+        wanted = list(devices)
+        count = len(wanted)
+    else:
+        raise TypeError(
+            f"{parameter} must be a device count (e.g. 2) or a list of device indices or names "
+            f"(e.g. [0, 1] or ['/gpu:0', '/gpu:1']), got {type(devices).__name__}."
+        )
+    if count < minimum:
+        if minimum == 2:
+            raise ValueError(
+                f"{parameter}={devices!r}: data parallelism needs at least 2 devices. With one "
+                "device there is nothing to split the batch across and the wrapper would only "
+                "add work (Keras 2 refused gpus=1 too). Compile and fit the model itself."
+            )
+        raise ValueError(f"{parameter}={devices!r}: give at least {minimum} device(s).")
+    available = available_devices()
+    if count > len(available):
+        raise ValueError(
+            f"{parameter}={devices!r} asks for {count} devices but this process has "
+            f"{len(available)}: {', '.join(available)}. " + _SIMULATE_HINT.format(n=count)
+        )
+    if wanted is None:
+        return available[:count]
+    names = []
+    for item in wanted:
+        if _is_whole(item):
+            if not 0 <= item < len(available):
+                raise ValueError(
+                    f"{parameter}: device index {item} is out of range; this process has "
+                    f"{len(available)} device(s), indices 0..{len(available) - 1}: "
+                    f"{', '.join(available)}. " + _SIMULATE_HINT.format(n=item + 1)
+                )
+            names.append(available[int(item)])
+        elif isinstance(item, str):
+            names.append(_match_name(item, available, parameter))
+        else:
+            raise TypeError(f"{parameter}: each device is an index (int) or a name (str), got {item!r}.")
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"{parameter}={devices!r} names a device twice ({', '.join(names)}); "
+            "each tower needs its own device."
+        )
+    return tuple(names)
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def _split_shares(split: Any, n_devices: int) -> tuple[int, ...]:
+    """Whole-number shares, one per device, proportional to `split` (equal when None)."""
+    if split is None:
+        return (1,) * n_devices
+    if isinstance(split, str) or not isinstance(split, Sequence):
+        raise TypeError(
+            f"split must be a list of {n_devices} positive numbers, one per device "
+            f"(e.g. {[2] + [1] * (n_devices - 1)}), got {split!r}."
+        )
+    if len(split) != n_devices:
+        raise ValueError(
+            f"split has {len(split)} entries but there are {n_devices} devices; give one "
+            f"share per device, e.g. split={[2] + [1] * (n_devices - 1)}."
+        )
+    fractions = []
+    for share in split:
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, numbers.Real)
+            or not (math.isfinite(share) and share > 0)
+        ):
+            raise ValueError(
+                f"split entries must be positive numbers (a device's relative share of each "
+                f"batch), got {share!r} in {list(split)}."
+            )
+        fractions.append(Fraction(share).limit_denominator(10_000))
+    # Exact integer shares: float shares like 0.6/0.4 would round unpredictably.
+    scale = math.lcm(*(f.denominator for f in fractions))
+    shares = [int(f * scale) for f in fractions]
+    common = math.gcd(*shares)
+    return tuple(s // common for s in shares)
+
+
+def split_sizes(batch_size: Any, split: Sequence[float]) -> Any:
+    """How a batch of `batch_size` divides over devices with relative shares `split`.
+
+    Cumulative rounding: device i ends where ``floor(batch * share_0..i / total)``
+    does, so the sizes always sum to the batch and differ from the exact shares by
+    less than one example. A Python int gives a list; a tensor gives a tensor.
+    """
+    shares = _split_shares(list(split), len(split))
+    total = sum(shares)
+    bounds = np.cumsum(shares)
+    if _is_whole(batch_size):
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}.")
+        ends = [int(batch_size) * int(b) // total for b in bounds]
+        return [end - start for start, end in zip([0] + ends[:-1], ends, strict=True)]
+    ends = tf.cast(batch_size, tf.int64) * tf.constant(bounds, tf.int64) // total
+    return tf.cast(ends - tf.concat([[0], ends[:-1]], axis=0), tf.int32)
+
+
+# --------------------------------------------------------------------------- towers
+
+
+@keras.saving.register_keras_serializable(package="mgtutor")
+class TowersModel(keras.Model):
+    """Keras 2's multi_gpu_model as a Keras 3 model: one tower per device, shared weights.
+
+    `call` slices the batch by `split`, runs `template` on each slice under
+    ``tf.device``, and concatenates the outputs along the batch axis (on CPU:0
+    when `cpu_merge`, as Keras 2 did). Its variables are the template's, so
+    training this model trains the template: save the template.
+    """
+
+    def __init__(
+        self,
+        template: keras.Model,
+        devices: Any = 2,
+        split: Sequence[float] | None = None,
+        cpu_merge: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(template, keras.Model):
+            raise TypeError(
+                f"model must be a keras.Model (the template to replicate), got {type(template).__name__}."
+            )
+        if not template.built or not template.weights:
+            raise ValueError(
+                f"model {template.name!r} is not built, so it has no weights to share. Build it "
+                "first: start it with keras.Input(shape=...) or call model.build(input_shape)."
+            )
+        if isinstance(devices, Iterable) and not isinstance(devices, str):
+            devices = list(devices)
+        if _requested_count(devices) >= 2:  # a bad split fails before TF is asked for devices
+            _split_shares(split, _requested_count(devices))
+        names = resolve_devices(devices, parameter="gpus")
+        shares = _split_shares(split, len(names))
+        kwargs.setdefault("name", f"{template.name}_towers")
+        super().__init__(**kwargs)
+        self.template = template
+        self.tower_devices = names
+        self.split = tuple(split) if split is not None else None
+        self.cpu_merge = bool(cpu_merge)
+        self._shares = shares
+        # XLA compiles a whole step for one device, which would undo the per-tower
+        # placement: with this flag compile's jit_compile="auto" (or True) means False.
+        self.supports_jit = False
+        if getattr(template, "output_names", None):
+            # compile() matches dict losses and metrics to outputs by these names
+            self.output_names = list(template.output_names)
+        self.built = True  # the template's weights are ours; nothing left to create
+
+    # -- forward
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        first = keras.tree.flatten(inputs)[0]
+        static_batch = first.shape[0]
+        if static_batch is not None:  # a traced step with a known batch: decide in Python
+            sizes = split_sizes(int(static_batch), self._shares)
+            if min(sizes) > 0:
+                return self._towers(inputs, sizes, training)
+            return self._whole_batch(inputs, training)
+        sizes = split_sizes(tf.shape(first)[0], self._shares)
+        return tf.cond(
+            tf.reduce_all(sizes > 0),
+            lambda: self._towers(inputs, sizes, training),
+            lambda: self._whole_batch(inputs, training),
+        )
+
+    def _merge_scope(self) -> Any:
+        return tf.device("/cpu:0") if self.cpu_merge else contextlib.nullcontext()
+
+    def _towers(self, inputs: Any, sizes: Any, training: bool | None) -> Any:
+        with self._merge_scope():
+            pieces = [tf.split(x, sizes, axis=0) for x in keras.tree.flatten(inputs)]
+        outputs = []
+        for i, device in enumerate(self.tower_devices):
+            with tf.device(device):
+                part = keras.tree.pack_sequence_as(inputs, [p[i] for p in pieces])
+                outputs.append(self.template(part, training=training))
+        with self._merge_scope():
+            return keras.tree.map_structure(lambda *parts: tf.concat(parts, axis=0), *outputs)
+
+    def _whole_batch(self, inputs: Any, training: bool | None) -> Any:
+        # Fewer examples than towers would leave some tower an empty slice, and
+        # BatchNormalization in training turns an empty batch into NaN moving
+        # statistics (shared by all towers). One tower takes the whole batch.
+        with tf.device(self.tower_devices[int(np.argmax(self._shares))]):
+            return self.template(inputs, training=training)
+
+    # -- Keras 2 conveniences
+
+    def fit_generator(self, generator: Any, *args: Any, **kwargs: Any) -> keras.callbacks.History:
+        """Keras 2's ``fit_generator``: see `mgtutor.train.fit_generator`."""
+        from mgtutor.train import fit_generator
+
+        return fit_generator(self, generator, *args, **kwargs)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "template": keras.saving.serialize_keras_object(self.template),
+            "devices": list(self.tower_devices),
+            "split": None if self.split is None else [float(s) for s in self.split],
+            "cpu_merge": self.cpu_merge,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> TowersModel:
+        config = dict(config)
+        template = keras.saving.deserialize_keras_object(config.pop("template"))
+        return cls(template, config.pop("devices"), **config)
+
+
+def multi_gpu_model(
+    model: keras.Model,
+    gpus: int | Sequence[int | str],
+    *,
+    split: Sequence[float] | None = None,
+    cpu_merge: bool = True,
+) -> TowersModel:
+    """Replicate `model` on `gpus` devices, Keras 2 style (``keras.utils.multi_gpu_model``).
+
+    `gpus` is a count (>= 2) or a list of device indices or names; with no GPU
+    the logical CPUs of `mgtutor.setup_devices` stand in. `split` gives each
+    device a relative share of every batch (``[2, 1]``: the first device gets
+    two thirds), for unequal GPUs. Compile and fit the returned model; save
+    `model`, whose weights the returned model trains.
+    """
+    return TowersModel(model, gpus, split=split, cpu_merge=cpu_merge)
+
+
+# --------------------------------------------------------------------------- MirroredStrategy
+
+
+def _replica_count(value: Any, parameter: str) -> int:
+    replicas = getattr(value, "num_replicas_in_sync", value)
+    if not _is_whole(replicas) or replicas < 1:
+        raise ValueError(
+            f"{parameter} must be a replica count >= 1 or a tf.distribute strategy, got {value!r}."
+        )
+    return int(replicas)
+
+
+def _default_cross_device_ops(names: tuple[str, ...]) -> Any:
+    kinds = {tf.DeviceSpec.from_string(name).device_type for name in names}
+    if kinds == {"GPU"} and len(names) <= len(tf.config.list_physical_devices("GPU")):
+        return None  # real GPUs: TF's own choice (NCCL where it can)
+    # NCCL has no CPU kernels and cannot all-reduce between logical GPUs that
+    # share one physical GPU; copying to one device and back works everywhere.
+    return tf.distribute.ReductionToOneDevice()
+
+
+def mirrored_strategy(devices: Any = None, *, cross_device_ops: Any = None) -> tf.distribute.MirroredStrategy:
+    """A MirroredStrategy over `devices` (default: every device of `available_devices`).
+
+    On real GPUs TF picks how gradients are summed (NCCL); on logical devices
+    (`mgtutor.setup_devices` splitting a CPU or one GPU) this uses
+    ``ReductionToOneDevice``, as NCCL cannot serve them. Pass `cross_device_ops`
+    to choose. One device count per process: a second strategy over a
+    different count aborts TensorFlow, so it is refused here.
+    """
+    global _strategy_devices
+    if devices is None:
+        names = available_devices()
+    else:
+        names = resolve_devices(devices, parameter="devices", minimum=1)
+    if _strategy_devices is not None and len(_strategy_devices) != len(names):
+        raise RuntimeError(
+            f"This process already made a MirroredStrategy over {len(_strategy_devices)} "
+            f"device(s) ({', '.join(_strategy_devices)}); a second over {len(names)} would "
+            "abort TensorFlow. Use one device count per process: restart the kernel to change it."
+        )
+    if cross_device_ops is None:
+        cross_device_ops = _default_cross_device_ops(names)
+    strategy = tf.distribute.MirroredStrategy(devices=list(names), cross_device_ops=cross_device_ops)
+    _strategy_devices = names
+    return strategy
+
+
+def global_batch_size(per_replica: int, strategy_or_replicas: Any) -> int:
+    """The batch to give ``fit``: per-replica batch x replicas (each replica gets `per_replica`)."""
+    if not _is_whole(per_replica) or per_replica < 1:
+        raise ValueError(f"per_replica must be a whole number >= 1, got {per_replica!r}.")
+    return int(per_replica) * _replica_count(strategy_or_replicas, "strategy_or_replicas")
+
+
+def check_batch_divisible(global_batch: int, replicas: Any) -> int:
+    """Return the per-replica batch, or raise if `global_batch` does not split evenly."""
+    count = _replica_count(replicas, "replicas")
+    if not _is_whole(global_batch) or global_batch < 1:
+        raise ValueError(f"global_batch must be a whole number >= 1, got {global_batch!r}.")
+    if global_batch % count == 0:
+        return global_batch // count
+    below, above = (global_batch // count) * count, (global_batch // count + 1) * count
+    options = [f"{size} ({size // count} per replica)" for size in (below, above) if size > 0]
+    raise ValueError(
+        f"global batch {global_batch} does not split evenly over {count} replicas. Under "
+        "MirroredStrategy each replica takes global batch / replicas examples and Keras builds "
+        "the model from the first batch, so the global batch must be a multiple of the "
+        "replica count: global batch = per-replica batch x replicas. Nearest valid sizes: "
+        f"{' or '.join(options)}; global_batch_size(per_replica, strategy) computes it."
+    )
+
+
+@keras.saving.register_keras_serializable(package="mgtutor")
+class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
+    """Learning rate rising linearly from `initial` to `target` over `warmup_steps`, then flat."""
+
+    def __init__(self, initial: float, target: float, warmup_steps: int) -> None:
+        self.initial = float(initial)
+        self.target = float(target)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step: Any) -> Any:
+        progress = keras.ops.minimum(keras.ops.cast(step, "float32") / self.warmup_steps, 1.0)
+        return self.initial + (self.target - self.initial) * progress
+
+    def get_config(self) -> dict[str, Any]:
+        return {"initial": self.initial, "target": self.target, "warmup_steps": self.warmup_steps}
+
+
+def scaled_learning_rate(base_lr: float, replicas: Any, warmup_steps: int = 0) -> float | LinearWarmup:
+    """The linear scaling rule: ``base_lr x replicas``, optionally reached by linear warm-up.
+
+    A global batch `replicas` times larger takes `replicas` times fewer steps
+    per epoch, so each step moves further (Goyal et al., 2017). Warm-up starts
+    at `base_lr` and reaches the scaled rate after `warmup_steps` steps, which
+    avoids the early divergence a large rate can cause.
+    """
+    if (
+        isinstance(base_lr, bool)
+        or not isinstance(base_lr, numbers.Real)
+        or not (math.isfinite(base_lr) and base_lr > 0)
+    ):
+        raise ValueError(f"base_lr must be a positive number, got {base_lr!r}.")
+    count = _replica_count(replicas, "replicas")
+    if not _is_whole(warmup_steps) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}.")
+    target = float(base_lr) * count
+    if warmup_steps == 0:
+        return target
+    return LinearWarmup(float(base_lr), target, int(warmup_steps))
+
+
+# --------------------------------------------------------------------------- parity
+
+
+def copy_model(model: keras.Model, *, strategy: Any = None) -> keras.Model:
+    """An independent copy of `model` with the same weights (built under `strategy`'s scope)."""
+    scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+    with scope:
+        clone = keras.models.clone_model(model)
+        clone.set_weights(model.get_weights())
+    return clone
+
+
+def max_weight_difference(model_a: keras.Model, model_b: keras.Model) -> float:
+    """The largest absolute difference between corresponding weights of two models."""
+    weights_a, weights_b = model_a.get_weights(), model_b.get_weights()
+    if len(weights_a) != len(weights_b):
+        raise ValueError(
+            f"the models have {len(weights_a)} and {len(weights_b)} weight arrays; compare "
+            "models of the same architecture (for a towers model, compare its template)."
+        )
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(weights_a, weights_b, strict=True)):
+        if a.shape != b.shape:
+            raise ValueError(f"weight {i} has shape {a.shape} in one model and {b.shape} in the other.")
+        if a.size:
+            worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+    return worst
+
+
+def max_output_difference(
+    model_a: keras.Model, model_b: keras.Model, x: Any, batch_size: int | None = None
+) -> float:
+    """The largest absolute difference between the two models' predictions on `x`."""
+    out_a = keras.tree.flatten(model_a.predict(x, batch_size=batch_size, verbose=0))
+    out_b = keras.tree.flatten(model_b.predict(x, batch_size=batch_size, verbose=0))
+    pairs = zip(out_a, out_b, strict=True)
+    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in pairs)
+
+
+def train_steps(model: keras.Model, x: Any, y: Any, steps: int, batch_size: int) -> keras.callbacks.History:
+    """Exactly `steps` training steps on the first ``steps x batch_size`` examples, in order.
+
+    No shuffling, one epoch: two models with the same weights see the same
+    batches, which is what a parity check needs. Under a MirroredStrategy,
+    `batch_size` is the global batch.
+    """
+    for name, value in (("steps", steps), ("batch_size", batch_size)):
+        if not _is_whole(value) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
+    needed = steps * batch_size
+    n = len(keras.tree.flatten(x)[0])
+    if n < needed:
+        raise ValueError(
+            f"train_steps needs steps x batch_size = {needed} examples but x has {n}; "
+            "pass more data or fewer steps."
+        )
+    return model.fit(
+        keras.tree.map_structure(lambda a: a[:needed], x),
+        keras.tree.map_structure(lambda a: a[:needed], y),
+        batch_size=batch_size,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+    )
