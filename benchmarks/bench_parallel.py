@@ -27,34 +27,9 @@ CONFIGS = ("single", "towers", "mirrored")
 
 
 def _seed_cnn(seed: int) -> Any:
-    """`mgtutor.models.build_seed_cnn(dropout=True)`, or the same layers if it is missing."""
-    try:
-        from mgtutor.models import build_seed_cnn
-    except ImportError:
-        build_seed_cnn = None
-    if build_seed_cnn is not None:
-        return build_seed_cnn(seed=seed, dropout=True)
-    import keras
-    from keras import layers
+    from mgtutor.models import build_seed_cnn
 
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential(
-        [
-            keras.Input((32, 32, 3)),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Dropout(0.25),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Dropout(0.25),
-            layers.Flatten(),
-            layers.Dense(512, activation="relu"),
-            layers.Dropout(0.5),
-            layers.Dense(10, activation="softmax"),
-        ]
-    )
+    return build_seed_cnn(seed=seed, dropout=True)
 
 
 def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: int, reduction: str) -> dict:

@@ -53,6 +53,7 @@ _EXPORTS = {
     "max_output_difference": "parallel",
     "train_steps": "parallel",
     "fit_generator": "train",
+    "Throughput": "train",
     "record": "records",
     "read_records": "records",
     "show_images": "plots",

@@ -484,3 +484,25 @@ def test_fit_generator_loader_arguments_go_to_the_pydataset():
     assert data.workers == 1  # and the caller's object is left as it was
     with pytest.warns(UserWarning, match="workers=2 ignored.*PyDataset"):
         fit_generator(_logistic(), _batches(x, y), 4, verbose=0, workers=2)
+
+
+def test_throughput_callback_counts_images_and_seconds():
+    import keras
+
+    from mgtutor.train import Throughput
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="categorical_crossentropy")
+    x = np.zeros((40, 4), np.float32)
+    y = np.eye(2, dtype=np.float32)[np.arange(40) % 2]
+    meter = Throughput(global_batch=16, verbose=False)
+    history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[meter])
+    assert [e["epoch"] for e in meter.epochs] == [1, 2]
+    assert all(e["images"] == 48 for e in meter.epochs)  # 3 steps x 16, last batch counted whole
+    assert all(e["seconds"] > 0 and e["images_per_s"] == e["images"] / e["seconds"] for e in meter.epochs)
+    assert history.history["images_per_s"] == [e["images_per_s"] for e in meter.epochs]
+    exact = Throughput(global_batch=16, images_per_epoch=40, verbose=False)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[exact])
+    assert exact.epochs[0]["images"] == 40
+    with pytest.raises(ValueError, match="global_batch must be a whole number"):
+        Throughput(global_batch=0)
