@@ -54,6 +54,7 @@ _EXPORTS = {
     "train_steps": "parallel",
     "fit_generator": "train",
     "Throughput": "train",
+    "pipeline_images_per_second": "bench",
     "record": "records",
     "read_records": "records",
     "show_images": "plots",
