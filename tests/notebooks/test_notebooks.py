@@ -158,3 +158,15 @@ def _(records: dict, p: dict) -> None:
     assert records["parity_max_difference"]["mirrored"] < 1e-5
     for key in ("towers_val_accuracy", "mirrored_val_accuracy"):
         assert 0.0 <= records[key] <= 1.0
+
+
+@checks("05_save_and_restore")
+def _(records: dict, p: dict) -> None:
+    assert records["reload_one_device_difference"] == 0.0  # 1 device in a fresh process vs N
+    assert records["served_difference"] <= 1e-6
+    epoch, batch = records["killed_at"]
+    assert 0 <= epoch < p["RESUME_EPOCHS"] and batch > 0  # really killed mid-epoch
+    assert records["resume_weight_difference"] == 0.0
+    curves = records["loss_curves"]
+    assert curves["interrupted"] == curves["uninterrupted"]
+    assert len(curves["uninterrupted"]) == p["RESUME_EPOCHS"]
