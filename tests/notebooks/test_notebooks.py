@@ -170,3 +170,19 @@ def _(records: dict, p: dict) -> None:
     curves = records["loss_curves"]
     assert curves["interrupted"] == curves["uninterrupted"]
     assert len(curves["uninterrupted"]) == p["RESUME_EPOCHS"]
+
+
+@checks("04_augmented_training")
+def _(records: dict, p: dict) -> None:
+    assert records["augmented_batch_shape"] == [8, 32, 32, 3]
+    assert records["fraction_changed"] > 0.9  # shifts of up to 3 px change almost every image
+    losses, accuracies = records["train_loss"], records["val_accuracy"]
+    assert len(losses) == len(accuracies) == p["EPOCHS"]
+    assert all(0 < loss < UNIFORM_LOSS + 0.5 for loss in losses)
+    assert all(0.0 <= accuracy <= 1.0 for accuracy in accuracies)
+    assert records["training_images_per_s"] > 0
+    speeds = records["pipeline_images_per_s"]
+    assert set(speeds) == {"generator (flow)", "tf.data", "layers in model"}
+    assert all(speed > 0 for speed in speeds.values())
+    needed = records["training_images_per_s"]
+    assert records["pipeline_headroom"] == pytest.approx({k: v / needed for k, v in speeds.items()})
