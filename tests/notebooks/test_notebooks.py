@@ -33,6 +33,8 @@ TINY = {
 TINY_PER_NOTEBOOK: dict[str, dict] = {
     # Enough steps that the dropout-heavy seed CNN measurably learns real CIFAR-10.
     "02_build_cnn": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
+    # Three training processes and a loader: keep each one short.
+    "05_save_and_restore": {"RESUME_EPOCHS": 2, "SAVE_EVERY_STEPS": 3},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 
