@@ -114,6 +114,13 @@ class Dataset:
         x_test, y_test = take_subset(self.x_test, self.y_test, test_samples, seed, "test_samples")
         return replace(self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
+    def prepared(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """``((x_train, Y_train), (x_test, Y_test))``: float32 pixels in [0, 1], one-hot labels."""
+        return (
+            (scale_images(self.x_train), one_hot(self.y_train, self.num_classes)),
+            (scale_images(self.x_test), one_hot(self.y_test, self.num_classes)),
+        )
+
     def summary(self) -> str:
         label = "SYNTHETIC stand-in" if self.synthetic else "real"
         return (

@@ -366,3 +366,11 @@ def test_make_dataset_batches_globally():
         data.make_dataset(x, y, 0)
     with pytest.raises(ValueError, match="x and y differ"):
         data.make_dataset(x, y[:5], 8)
+
+
+def test_prepared_scales_and_one_hots_both_splits():
+    dataset = data.synthetic_dataset(20, 10, seed=0)
+    (x_train, y_train), (x_test, y_test) = dataset.prepared()
+    np.testing.assert_array_equal(x_train, data.scale_images(dataset.x_train))
+    np.testing.assert_array_equal(y_test, data.one_hot(dataset.y_test, 10))
+    assert x_test.dtype == np.float32 and y_train.shape == (20, 10)
