@@ -14,7 +14,9 @@ one epoch each in turn, after an untimed epoch each (tracing).
 
 Both parts interleave what they compare, pass by pass or epoch by epoch, and
 report the median, so other work on the machine slows every contender alike
-instead of whichever ran at the time. Run from the repository root::
+instead of whichever ran at the time. They also report CPU seconds (all
+threads of the process), what augmenting costs the machine, which other
+processes competing for the cores barely change. Run from the repository root::
 
     MGTUTOR_DATA_DIR=/work/shared/data python benchmarks/bench_augment.py
 
@@ -53,17 +55,22 @@ def _images(samples: int | None) -> tuple[Any, Any, str]:
     return scale_images(data.x_train), one_hot(data.y_train, data.num_classes), data.summary()
 
 
-def _round_robin(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
-    """Seconds of each run, `rounds` times, in turn (the start rotating), after one untimed call each."""
+def _round_robin(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Wall and CPU seconds of each run, `rounds` times in turn (the start rotating), after one untimed call.
+
+    CPU seconds (all of this process's threads) are what a run costs the
+    machine, and barely move when other processes compete for the cores.
+    """
     for run in runs.values():
         run()  # tracing, caches
     names = list(runs)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
+    seconds = {name: {"wall": [], "cpu": []} for name in names}
     for round_ in range(rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             runs[name]()
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name]["cpu"].append(time.process_time() - cpu)
+            seconds[name]["wall"].append(time.perf_counter() - wall)
     return seconds
 
 
@@ -101,8 +108,12 @@ def run_loaders(samples: int | None, batch_size: int, rounds: int) -> dict[str, 
     runs["ours: layers (CPU)"] = lambda: [np.asarray(augment(images)) for images, _ in plain]
 
     for name, seconds in _round_robin(runs, rounds).items():
-        rates = [len(x) / s for s in seconds]
-        results[name] = {"images_per_s": statistics.median(rates), "passes": [round(r) for r in rates]}
+        rates = [len(x) / s for s in seconds["wall"]]
+        results[name] = {
+            "images_per_s": statistics.median(rates),
+            "passes": [round(r) for r in rates],
+            "cpu_ms_per_image": 1e3 * statistics.median(seconds["cpu"]) / len(x),
+        }
     results["load"] = os.getloadavg()[0]
     return results
 
@@ -163,9 +174,10 @@ def run_training(
         "load": os.getloadavg()[0],
         "configs": {
             config: {
-                "epoch_seconds": [round(s, 2) for s in seconds[config]],
-                "images_per_s": len(x) / statistics.median(seconds[config]),
-                "best_images_per_s": len(x) / min(seconds[config]),
+                "epoch_seconds": [round(s, 2) for s in seconds[config]["wall"]],
+                "images_per_s": len(x) / statistics.median(seconds[config]["wall"]),
+                "best_images_per_s": len(x) / min(seconds[config]["wall"]),
+                "cpu_seconds": statistics.median(seconds[config]["cpu"]),
                 "final_loss": losses[config],
             }
             for config in configs
@@ -194,17 +206,18 @@ def report(loaders: dict, training: dict | None) -> str:
         f"Part 1: augmented batches of {loaders['batch_size']} with seed 000's transforms, "
         f"{loaders['images']} images a pass (load average at the end: {loaders['load']:.1f} "
         f"on {os.cpu_count()} CPUs)",
-        f"{'path':<22} {'images/s':>9} {'vs tf_keras':>11}   each pass",
+        f"{'path':<22} {'images/s':>9} {'vs tf_keras':>11} {'CPU ms/img':>10}   each pass (images/s)",
     ]
     base = loaders["tf_keras flow"].get("images_per_s")
     for name in ("tf_keras flow", "ours: flow (NumPy)", "ours: tf.data", "ours: layers (CPU)"):
         result = loaders[name]
         if "error" in result:
-            lines.append(f"{name:<22} {'-':>9} {'-':>11}   unavailable: {result['error']}")
+            lines.append(f"{name:<22} {'-':>9} {'-':>11} {'-':>10}   unavailable: {result['error']}")
             continue
         ratio = f"{result['images_per_s'] / base:.1f}x" if base else "-"
         passes = ", ".join(str(p) for p in result["passes"])
-        lines.append(f"{name:<22} {result['images_per_s']:>9.0f} {ratio:>11}   {passes}")
+        cpu = result["cpu_ms_per_image"]
+        lines.append(f"{name:<22} {result['images_per_s']:>9.0f} {ratio:>11} {cpu:>10.3f}   {passes}")
     if training:
         configs = training["configs"]
         lines += [
@@ -212,20 +225,25 @@ def report(loaders: dict, training: dict | None) -> str:
             f"Part 2: the seed CNN, MirroredStrategy over {training['devices']} simulated devices, global "
             f"batch {training['global_batch']}, {training['images_per_epoch']} images an epoch (load "
             f"average at the end: {training['load']:.1f})",
-            f"{'augmentation':<14} {'images/s':>9} {'cost':>7} {'best':>7} {'cost':>7}   epochs (s)",
+            f"{'augmentation':<14} {'images/s':>9} {'cost':>7} {'best':>7} {'cost':>7} {'CPU s':>7} "
+            f"{'cost':>7}   epochs (s)",
         ]
         off = configs.get("off")
         for name, r in configs.items():
-            cost = best_cost = "-"
+            cost = best_cost = cpu_cost = "-"
             if off is not None and name != "off":
                 cost = f"{100 * (1 - r['images_per_s'] / off['images_per_s']):.1f}%"
                 best_cost = f"{100 * (1 - r['best_images_per_s'] / off['best_images_per_s']):.1f}%"
+                cpu_cost = f"{100 * (r['cpu_seconds'] / off['cpu_seconds'] - 1):.1f}%"
             epochs = ", ".join(f"{s:.1f}" for s in r["epoch_seconds"])
             lines.append(
                 f"{name:<14} {r['images_per_s']:>9.1f} {cost:>7} {r['best_images_per_s']:>7.1f} "
-                f"{best_cost:>7}   {epochs}"
+                f"{best_cost:>7} {r['cpu_seconds']:>7.1f} {cpu_cost:>7}   {epochs}"
             )
-        lines.append("images/s from the median epoch, best from the fastest; cost: against 'off'")
+        lines.append(
+            "images/s: from the median epoch; best: the fastest epoch; CPU s: median CPU seconds an "
+            "epoch (all threads); cost: against 'off'"
+        )
     return "\n".join(lines)
 
 
