@@ -10,6 +10,26 @@ RUN_ARGS ?=
 # Extra arguments for pytest, e.g. make test TEST_ARGS="-k data"
 TEST_ARGS ?=
 PORT ?= 8888
+# Where `make run` reads the notebooks and creates run folders, and the folder `make lab` opens.
+NOTEBOOKS ?= notebooks
+RUNS ?= runs
+
+# `make run EPOCHS=5 N_DEVICES=4`: every ALL_CAPS variable given on the make command line that is not
+# one of this Makefile's own becomes `-p NAME VALUE` for the runner, which checks names and types
+# before any notebook starts. Values with anything but plain characters are single-quoted for the
+# shell (like Python's shlex.quote), so spaces, quotes and $ survive.
+OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS PORT NOTEBOOKS RUNS
+_CAPS_CHARS := A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 _
+_PLAIN_CHARS := $(_CAPS_CHARS) a b c d e f g h i j k l m n o p q r s t u v w x y z . , : / = + - @ %
+# $(call _without,TEXT,CHARS): TEXT with every one of CHARS removed.
+_without = $(if $(2),$(call _without,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
+_if_caps = $(if $(call _without,$(1),$(_CAPS_CHARS)),,$(1))
+_is_plain = $(if $(call _without,$(1),$(_PLAIN_CHARS)),,plain)
+_shell_quote = $(if $(and $(1),$(call _is_plain,$(1))),$(1),'$(subst ','\'',$(1))')
+COMMAND_LINE_VARIABLES = $(sort $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES),$(call _if_caps,$(v))))
+NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
+PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
 .PHONY: setup run test lab lint clean
 
@@ -24,13 +44,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.series --notebooks notebooks --runs runs $(RUN_ARGS)
+	$(if $(NOT_PARAMETERS),$(warning make run: ignoring $(NOT_PARAMETERS): notebook parameters are ALL_CAPS))
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.series --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
+		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest -n 2 $(TEST_ARGS)
 
+# The notebooks ask for the kernel "python3"; Jupyter starts it with the server's own Python, the venv's.
+# Jupyter refuses to run as root (classroom containers often do) unless told it may.
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT)
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m jupyter lab --ServerApp.root_dir=$(call _shell_quote,$(NOTEBOOKS)) \
+		--port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: setup
 	$(BIN)/ruff check mgtutor tests notebooks benchmarks

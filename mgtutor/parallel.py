@@ -359,6 +359,9 @@ def mirrored_strategy(devices: Any = None, *, cross_device_ops: Any = None) -> t
         )
     if cross_device_ops is None:
         cross_device_ops = _default_cross_device_ops(names)
+    # TF logs an INFO line per all-reduce set-up ("Reduce to ... then broadcast"), dozens per
+    # fit on CPUs: noise that buries a notebook's output. Warnings and errors still show.
+    tf.get_logger().setLevel("WARNING")
     strategy = tf.distribute.MirroredStrategy(devices=list(names), cross_device_ops=cross_device_ops)
     _strategy_devices = names
     return strategy

@@ -9,11 +9,14 @@ compares those cells' outputs with the papermill run: a determinism check.
 
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import nbformat
 import papermill
 import pytest
 
@@ -35,6 +38,12 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "02_build_cnn": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
     # Three training processes and a loader: keep each one short.
     "05_save_and_restore": {"RESUME_EPOCHS": 2, "SAVE_EVERY_STEPS": 3},
+    # Two device counts, two pipelines, a few timed steps: the study's shape, not its speed.
+    "06_scaling_study": {"DEVICE_COUNTS": [1, 2], "PIPELINES": ["synthetic", "in_memory"], "BENCH_STEPS": 3},
+    # 30 rounds between evaluations (the frequencies' least common multiple) need 60 batches of 16.
+    "07_parameter_averaging": {"TRAIN_SAMPLES": 1024, "EVALS": 2},
+    # 8 steps of 2 workers x 16: killed after the checkpoint at step 4, the restart trains the other 4.
+    "08_multi_worker": {"CHECKPOINT_EVERY_STEPS": 4, "KILL_AFTER_STEP": 4},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 
@@ -62,6 +71,10 @@ def execute(notebook: Path, folder: Path, parameters: dict) -> tuple[Path, dict]
     return executed, read_records(executed)
 
 
+def code_of(notebook: Path) -> str:
+    return "\n".join(cell.source for cell in nbformat.read(notebook, as_version=4).cells)
+
+
 def nbval(executed: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider", executed.name],
@@ -76,6 +89,10 @@ def test_notebook(notebook, tmp_path):
     parameters = tiny_parameters(notebook)
     executed, records = execute(notebook, tmp_path, parameters)
     CHECKS[notebook.stem](records, {**notebook_parameters(notebook), **parameters})
+    # Every training cell logs for TensorBoard; an empty log folder would go unnoticed by a learner.
+    for log_dir in re.findall(r'TensorBoard\(log_dir="(logs/[\w.-]+)"', code_of(notebook)):
+        events = list((tmp_path / log_dir).rglob("events.out.tfevents.*"))
+        assert events and all(e.stat().st_size > 0 for e in events), f"no TensorBoard events in {log_dir}"
     if "NBVAL_CHECK_OUTPUT" in notebook.read_text():
         nbval(executed)
 
@@ -188,3 +205,61 @@ def _(records: dict, p: dict) -> None:
     assert all(speed > 0 for speed in speeds.values())
     needed = records["training_images_per_s"]
     assert records["pipeline_headroom"] == pytest.approx({k: v / needed for k, v in speeds.items()})
+
+
+@checks("06_scaling_study")
+def _(records: dict, p: dict) -> None:
+    runs = records["scaling_runs"]
+    assert sorted((r["devices"], r["pipeline"]) for r in runs) == sorted(
+        (n, pipeline) for n in p["DEVICE_COUNTS"] for pipeline in p["PIPELINES"]
+    )
+    for run in runs:
+        assert run["images_per_s"] > 0
+        assert run["global_batch"] == p["BATCH_SIZE_PER_REPLICA"] * run["devices"]
+        assert run["efficiency"] == pytest.approx(run["speedup"] / run["devices"], rel=1e-9)
+        if run["devices"] == 1:
+            assert run["speedup"] == 1.0
+    assert records["scaling_files"] == {"json": True, "plot": True}
+    # Logical CPU devices share the cores: the notebook must not promise a speed-up.
+    assert records["device_kind"] == "logical-cpu" and records["expected_speedup"] == "<= 1"
+    headroom = records["input_headroom"]
+    assert set(headroom) == set(p["PIPELINES"]) - {"synthetic"}
+    assert all(h > 0 for per_count in headroom.values() for h in per_count.values())
+    assert records["projected_4_gpu_speedup"] == pytest.approx(63 / 16)
+    rules = records["lr_rules"]
+    assert len(rules) == 4
+    for result in rules.values():
+        assert 0.0 <= result["val_accuracy"] <= 1.0 and 0 < result["loss"] < UNIFORM_LOSS + 1.0
+
+
+@checks("07_parameter_averaging")
+def _(records: dict, p: dict) -> None:
+    # Workers drift apart between averagings and agree exactly right after one.
+    assert len(records["seed_wrapper_spreads"]) == 12 // 3
+    assert all(spread > 1e-4 for spread in records["seed_wrapper_spreads"])
+    assert records["spread_after_averaging"] == 0.0
+    curves, every = records["curves"], math.lcm(*p["FREQUENCIES"])
+    steps = [every * (i + 1) for i in range(p["EVALS"])]
+    assert len(curves) == len(p["FREQUENCIES"]) + 1
+    for frequency in p["FREQUENCIES"]:
+        assert curves[f"average every {frequency}"]["steps"] == steps
+        assert curves[f"average every {frequency}"]["syncs"] == [s // frequency for s in steps]
+    assert curves["all-reduce (MirroredStrategy)"]["syncs"] == steps
+    spreads = records["max_spread"]
+    assert spreads[str(max(p["FREQUENCIES"]))] > spreads[str(min(p["FREQUENCIES"]))] > 0
+    for accuracy in records["final_accuracy"].values():
+        # Measured on the MNIST subset at these parameters: 0.82-0.88 for every variant.
+        assert accuracy > (0.5 if not records["synthetic"] else CHANCE)
+
+
+@checks("08_multi_worker")
+def _(records: dict, p: dict) -> None:
+    assert records["n_workers"] == records["replicas"] == p["N_WORKERS"]
+    assert records["worker_digests_identical"] is True
+    assert len(records["val_accuracy"]) == p["EPOCHS"]
+    assert all(code != 0 for code in records["crash_returncodes"])  # killed, and the other stopped
+    steps = p["EPOCHS"] * (p["TRAIN_SAMPLES"] // (p["BATCH_SIZE_PER_REPLICA"] * p["N_WORKERS"]))
+    assert records["resumed_from"] == [0, p["KILL_AFTER_STEP"]]
+    assert records["steps_trained_after_restart"] == steps - p["KILL_AFTER_STEP"]
+    assert records["restart_matches_uninterrupted"] is True
+    assert records["restart_digests_identical"] is True
