@@ -487,8 +487,10 @@ def _input_verdict(
     noise = ""
     if gap is not None and gap > INPUT_BOUND_THRESHOLD:
         noise = (
-            f" The {gap:.0%} gap is more than the input's own cost (about {1 / headroom:.1%}) can explain: "
-            "most likely noise from other work on the machine."
+            f" The {gap:.0%} gap is more than producing the batches (about {1 / headroom:.1%} of the time) "
+            "explains: either other work on the machine, or the cost of handing host batches to the "
+            "devices (a Python generator's batches are converted and split per replica each step). "
+            "Rerun to tell them apart: noise moves, a feeding cost stays."
         )
     return False, f"{lead}: not input-bound.{noise}"
 
