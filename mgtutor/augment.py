@@ -84,6 +84,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from mgtutor._checks import check_whole, is_whole
+
 FILL_MODES = ("nearest", "constant", "reflect", "wrap")
 SUPPORTED_ARGUMENTS = (
     "featurewise_center", "samplewise_center", "featurewise_std_normalization",
@@ -123,26 +125,16 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 
 
-def _is_whole(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
-
-
 def _check_flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool | np.bool_) or (_is_whole(value) and value in (0, 1)):
+    if isinstance(value, bool | np.bool_) or (is_whole(value) and value in (0, 1)):
         return bool(value)
     raise ValueError(f"{name} must be True or False, got {value!r}.")
-
-
-def _check_whole(value: Any, name: str, minimum: int) -> int:
-    if not _is_whole(value) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
-    return int(value)
 
 
 def _check_seed(seed: Any, name: str = "seed") -> int | None:
     if seed is None:
         return None
-    if not _is_whole(seed) or seed < 0:
+    if not is_whole(seed) or seed < 0:
         raise ValueError(f"{name} must be None or a whole number >= 0, got {seed!r}; pass e.g. {name}=0.")
     return int(seed)
 
@@ -211,7 +203,7 @@ def _parse_shift(value: Any, name: str) -> _Shift:
     )
     if isinstance(value, bool | np.bool_) or isinstance(value, str):
         raise ValueError(f"{name} must be a number or a list of numbers, got {value!r}; {fix}.")
-    if _is_whole(value):
+    if is_whole(value):
         if value < 0:
             raise ValueError(f"{name}={value} is negative; shifts already go both ways: {fix}.")
         return _Shift("int", (int(value),)) if value > 0 else _Shift("none")
@@ -555,7 +547,7 @@ class ImageDataGenerator:
         """
         x = _check_images(x, "x", "fit")
         augment = _check_flag(augment, "augment")
-        rounds = _check_whole(rounds, "rounds", 1)
+        rounds = check_whole("rounds", rounds, 1)
         seed = _check_seed(seed)
         if not self._featurewise:
             return  # nothing to learn (Keras 2 copied the data and computed nothing)
@@ -800,7 +792,7 @@ class ImageDataGenerator:
         y = None if y is None else _as_targets(y)
         sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float32)
         _check_lengths(x, y, sample_weight, where)
-        batch_size = _check_whole(batch_size, "batch_size", 1)
+        batch_size = check_whole("batch_size", batch_size, 1)
         seed = _check_seed(seed)
         self._check_fitted(where, x.shape[1:])
         return x, y, sample_weight, batch_size, seed
@@ -833,7 +825,7 @@ def _keras2_option_off(name: str, value: Any) -> bool:
     if name == "dtype":
         return value is None or _safe_dtype(value) == np.float32
     if name == "interpolation_order":
-        return _is_whole(value) and value == 1
+        return is_whole(value) and value == 1
     if name == "zoom_range" and isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
         return len(value) == 2 and all(_is_real(v) and v == 1 for v in value)
     return _is_real(value) and value == 0
@@ -962,7 +954,7 @@ class NumpyArrayIterator(keras.utils.PyDataset):
         return order
 
     def __getitem__(self, index: int) -> Any:
-        if not _is_whole(index) or not 0 <= index < len(self):
+        if not is_whole(index) or not 0 <= index < len(self):
             raise IndexError(f"batch index {index!r} is out of range: this flow has {len(self)} batches.")
         chosen = self._order()[index * self.batch_size : (index + 1) * self.batch_size]
         rng = np.random.default_rng([self._base_seed, self.epoch, int(index), 1])
@@ -1257,7 +1249,7 @@ def augmentation_layers(
     if input_shape is not None and (
         not isinstance(input_shape, tuple | list)
         or len(input_shape) != 3
-        or not all(_is_whole(v) and v >= 1 for v in input_shape)
+        or not all(is_whole(v) and v >= 1 for v in input_shape)
     ):
         raise ValueError(f"input_shape must be (height, width, channels), got {input_shape!r}.")
     factors = []

@@ -24,7 +24,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor.parallel import _is_whole, copy_model, resolve_devices
+from mgtutor._checks import check_whole
+from mgtutor.parallel import copy_model, resolve_devices
 
 PREFETCH_THREAD_NAME = "mgtutor-prefetch"
 _DONE = object()
@@ -42,12 +43,6 @@ def replica_spread(models: Sequence[keras.Model]) -> float:
         if stacked.size:
             worst = max(worst, float(np.max(stacked.max(axis=0) - stacked.min(axis=0))))
     return worst
-
-
-def _check_whole(name: str, value: Any, minimum: int, hint: str = "") -> int:
-    if not _is_whole(value) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.{hint}")
-    return int(value)
 
 
 def _is_float(variable: Any) -> bool:
@@ -148,7 +143,7 @@ class _Source:
         self.infinite, self.persistent = False, None
         if isinstance(data, tuple) and len(data) == 2 and all(hasattr(a, "__array__") for a in data):
             x, y = (np.asarray(a) for a in data)
-            batch = _check_whole("batch_size", 32 if batch_size is None else batch_size, 1)
+            batch = check_whole("batch_size", 32 if batch_size is None else batch_size, 1)
             if len(x) != len(y):
                 raise ValueError(f"data: x has {len(x)} examples but y has {len(y)}; give one target each.")
             rng, self.count = np.random.default_rng(seed), -(-len(x) // batch)
@@ -233,11 +228,11 @@ class ParallelWrapper:
         devices: Any = None,
         average_optimizer_state: bool = True,
     ) -> None:
-        workers = _check_whole("workers", workers, 1, " Pass e.g. workers=2, one per device.")
-        self.averaging_frequency = _check_whole(
-            "averaging_frequency", averaging_frequency, 1, " Pass e.g. 3 to average every 3 rounds."
+        workers = check_whole("workers", workers, 1, "Pass e.g. workers=2, one per device.")
+        self.averaging_frequency = check_whole(
+            "averaging_frequency", averaging_frequency, 1, "Pass e.g. 3 to average every 3 rounds."
         )
-        self.prefetch_buffer = _check_whole("prefetch_buffer", prefetch_buffer, 1, " Pass e.g. 24 batches.")
+        self.prefetch_buffer = check_whole("prefetch_buffer", prefetch_buffer, 1, "Pass e.g. 24 batches.")
         for name, flag in (("report_score_after_averaging", report_score_after_averaging),
                            ("average_optimizer_state", average_optimizer_state)):  # fmt: skip
             if not isinstance(flag, bool):
@@ -425,8 +420,8 @@ class ParallelWrapper:
         gets TensorBoard scalars: loss and spread per averaging, the logs per epoch.
         """
         n = len(self._workers)
-        epochs = _check_whole("epochs", epochs, 1)
-        if steps_per_epoch is not None and _check_whole("steps_per_epoch", steps_per_epoch, 1) % n:
+        epochs = check_whole("epochs", epochs, 1)
+        if steps_per_epoch is not None and check_whole("steps_per_epoch", steps_per_epoch, 1) % n:
             below = steps_per_epoch // n * n
             raise ValueError(
                 f"steps_per_epoch={steps_per_epoch} is not a multiple of workers={n}: each round deals one "

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgtutor._checks import check_whole, is_whole
+
 PIPELINES = ("synthetic", "in_memory", "flow", "tf.data", "layers")
 PIPELINE_DESCRIPTIONS = {
     "synthetic": "one random batch repeated (tf.data from_tensors): no input cost, the devices' own rate",
@@ -126,16 +128,6 @@ def pipeline_images_per_second(batches: Iterable[Any], n_batches: int, *, warmup
 # --------------------------------------------------------------------------- checks
 
 
-def _is_whole(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _check_whole(name: str, value: Any, minimum: int, fix: str = "") -> int:
-    if not _is_whole(value) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.{fix and ' ' + fix}")
-    return int(value)
-
-
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}.")
@@ -161,13 +153,13 @@ def _check_run_args(
     _check_model(model)
     _check_choice("pipeline", pipeline, PIPELINES)
     _check_choice("strategy", strategy, STRATEGIES)
-    _check_whole("batch_size_per_replica", batch_size_per_replica, 1)
-    _check_whole("steps", steps, 1)
+    check_whole("batch_size_per_replica", batch_size_per_replica, 1)
+    check_whole("steps", steps, 1)
     # Timing starts when a step ends; the first step also traces the graph, so it must not count.
-    _check_whole("warmup_steps", warmup_steps, 1, "The first step traces the graph and must not be timed.")
+    check_whole("warmup_steps", warmup_steps, 1, "The first step traces the graph and must not be timed.")
     if samples is not None:
-        _check_whole("samples", samples, 1, "Pass None for the whole training set.")
-    _check_whole("seed", seed, 0)
+        check_whole("samples", samples, 1, "Pass None for the whole training set.")
+    check_whole("seed", seed, 0)
 
 
 # --------------------------------------------------------------------------- one configuration
@@ -405,7 +397,7 @@ def measure_training(
     `samples` limits the training images (None: all). Pipelines: `PIPELINES`,
     described in `PIPELINE_DESCRIPTIONS`.
     """
-    n_devices = _check_whole("n_devices", n_devices, 1)
+    n_devices = check_whole("n_devices", n_devices, 1)
     _check_run_args(model, pipeline, strategy, batch_size_per_replica, steps, warmup_steps, samples, seed)
     return _measure_in_process(
         n_devices,
@@ -648,7 +640,7 @@ def _check_study_args(
     if isinstance(devices, str) or not isinstance(devices, Iterable):
         raise ValueError(f"devices must be a list of device counts such as (1, 2, 4), got {devices!r}.")
     devices = tuple(devices)
-    if not devices or not all(_is_whole(n) and n >= 1 for n in devices):
+    if not devices or not all(is_whole(n) and n >= 1 for n in devices):
         raise ValueError(f"devices must be whole numbers >= 1, such as (1, 2, 4); got {devices!r}.")
     if len(set(devices)) != len(devices):
         raise ValueError(f"devices lists a count twice: {devices!r}; give each count once.")
@@ -880,7 +872,7 @@ def projected_scaling(
     fraction = parallel_fraction(one_s / ref_s, n_ref)
     projection = []
     for n in devices:
-        _check_whole("devices", n, 1)
+        check_whole("devices", n, 1)
         speedup = amdahl_speedup(n, fraction)
         projection.append(
             {

@@ -16,8 +16,10 @@ The models assume Keras' default ``channels_last`` image layout.
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Integral, Real
+from numbers import Real
 from typing import TYPE_CHECKING, Any
+
+from mgtutor._checks import is_whole
 
 if TYPE_CHECKING:
     import keras
@@ -33,15 +35,11 @@ XCEPTION_MIN_SIZE = 71  # what keras.applications.Xception itself demands
 # --------------------------------------------------------------------------- checks
 
 
-def _is_whole(value: Any) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
 def _check_input_shape(input_shape: Any, min_size: int, model: str) -> tuple[int, int, int]:
     if (
         not isinstance(input_shape, (tuple, list))
         or len(input_shape) != 3
-        or not all(_is_whole(v) and v >= 1 for v in input_shape)
+        or not all(is_whole(v) and v >= 1 for v in input_shape)
     ):
         raise ValueError(
             "input_shape must be a tuple of 3 positive whole numbers (height, width, channels), "
@@ -57,7 +55,7 @@ def _check_input_shape(input_shape: Any, min_size: int, model: str) -> tuple[int
 
 
 def _check_num_classes(num_classes: Any) -> int:
-    if not _is_whole(num_classes) or num_classes < 2:
+    if not is_whole(num_classes) or num_classes < 2:
         raise ValueError(
             f"num_classes must be a whole number >= 2, got {num_classes!r}; "
             "pass e.g. num_classes=10 for CIFAR-10 or MNIST."
@@ -66,7 +64,7 @@ def _check_num_classes(num_classes: Any) -> int:
 
 
 def _check_seed(seed: Any) -> int | None:
-    if seed is not None and (not _is_whole(seed) or seed < 0):
+    if seed is not None and (not is_whole(seed) or seed < 0):
         raise ValueError(
             f"seed must be None or a whole number >= 0, got {seed!r}; pass e.g. seed=0."
         )

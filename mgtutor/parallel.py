@@ -27,6 +27,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgtutor._checks import is_whole
+
 _SIMULATE_HINT = (
     "To simulate {n} devices on this machine, put `mgtutor.setup_devices({n})` at the top of "
     "the notebook, before anything else uses TensorFlow, then restart the kernel and run all."
@@ -51,10 +53,6 @@ def available_devices() -> tuple[str, ...]:
     return tuple(device.name for device in devices)
 
 
-def _is_whole(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _match_name(name: str, available: tuple[str, ...], parameter: str) -> str:
     try:
         wanted = tf.DeviceSpec.from_string(name)
@@ -68,7 +66,7 @@ def _match_name(name: str, available: tuple[str, ...], parameter: str) -> str:
 
 
 def _requested_count(devices: Any) -> int:
-    if _is_whole(devices):
+    if is_whole(devices):
         return int(devices)
     if isinstance(devices, str):
         return 1
@@ -82,7 +80,7 @@ def resolve_devices(devices: Any, *, parameter: str = "gpus", minimum: int = 2) 
     """
     if isinstance(devices, str):
         devices = [devices]
-    if _is_whole(devices):
+    if is_whole(devices):
         count, wanted = int(devices), None
     elif isinstance(devices, Iterable):
         wanted = list(devices)
@@ -110,7 +108,7 @@ def resolve_devices(devices: Any, *, parameter: str = "gpus", minimum: int = 2) 
         return available[:count]
     names = []
     for item in wanted:
-        if _is_whole(item):
+        if is_whole(item):
             if not 0 <= item < len(available):
                 raise ValueError(
                     f"{parameter}: device index {item} is out of range; this process has "
@@ -176,7 +174,7 @@ def split_sizes(batch_size: Any, split: Sequence[float]) -> Any:
     shares = _split_shares(list(split), len(split))
     total = sum(shares)
     bounds = np.cumsum(shares)
-    if _is_whole(batch_size):
+    if is_whole(batch_size):
         if batch_size < 0:
             raise ValueError(f"batch_size must be >= 0, got {batch_size}.")
         ends = [int(batch_size) * int(b) // total for b in bounds]
@@ -321,7 +319,7 @@ def multi_gpu_model(
 
 def _replica_count(value: Any, parameter: str) -> int:
     replicas = getattr(value, "num_replicas_in_sync", value)
-    if not _is_whole(replicas) or replicas < 1:
+    if not is_whole(replicas) or replicas < 1:
         raise ValueError(
             f"{parameter} must be a replica count >= 1 or a tf.distribute strategy, got {value!r}."
         )
@@ -369,7 +367,7 @@ def mirrored_strategy(devices: Any = None, *, cross_device_ops: Any = None) -> t
 
 def global_batch_size(per_replica: int, strategy_or_replicas: Any) -> int:
     """The batch to give ``fit``: per-replica batch x replicas (each replica gets `per_replica`)."""
-    if not _is_whole(per_replica) or per_replica < 1:
+    if not is_whole(per_replica) or per_replica < 1:
         raise ValueError(f"per_replica must be a whole number >= 1, got {per_replica!r}.")
     return int(per_replica) * _replica_count(strategy_or_replicas, "strategy_or_replicas")
 
@@ -377,7 +375,7 @@ def global_batch_size(per_replica: int, strategy_or_replicas: Any) -> int:
 def check_batch_divisible(global_batch: int, replicas: Any) -> int:
     """Return the per-replica batch, or raise if `global_batch` does not split evenly."""
     count = _replica_count(replicas, "replicas")
-    if not _is_whole(global_batch) or global_batch < 1:
+    if not is_whole(global_batch) or global_batch < 1:
         raise ValueError(f"global_batch must be a whole number >= 1, got {global_batch!r}.")
     if global_batch % count == 0:
         return global_batch // count
@@ -424,7 +422,7 @@ def scaled_learning_rate(base_lr: float, replicas: Any, warmup_steps: int = 0) -
     ):
         raise ValueError(f"base_lr must be a positive number, got {base_lr!r}.")
     count = _replica_count(replicas, "replicas")
-    if not _is_whole(warmup_steps) or warmup_steps < 0:
+    if not is_whole(warmup_steps) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}.")
     target = float(base_lr) * count
     if warmup_steps == 0:
@@ -479,7 +477,7 @@ def train_steps(model: keras.Model, x: Any, y: Any, steps: int, batch_size: int)
     `batch_size` is the global batch.
     """
     for name, value in (("steps", steps), ("batch_size", batch_size)):
-        if not _is_whole(value) or value < 1:
+        if not is_whole(value) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
     needed = steps * batch_size
     n = len(keras.tree.flatten(x)[0])

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 import warnings
 import zlib
@@ -42,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from mgtutor._checks import check_whole
 from mgtutor.saving import ModelFileError, atomic_write, save_model
 
 STATE_FILE = "resume-state.npz"
@@ -70,12 +70,6 @@ _PASSED_TO_FIT = {
 
 
 # --------------------------------------------------------------------------- checks
-
-
-def _whole(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
-    return int(value)
 
 
 def _leaves(data: Any, name: str) -> list[np.ndarray]:
@@ -488,10 +482,10 @@ def resumable_fit(
             "first (inside strategy.scope() when training with a strategy)."
         )
     folder = _checkpoint_folder(checkpoint_dir)
-    epochs = _whole(epochs, "epochs", 1)
-    batch_size = _whole(batch_size, "batch_size", 1)
-    save_every_steps = _whole(save_every_steps, "save_every_steps", 1)
-    seed = _whole(seed, "seed", 0)
+    epochs = check_whole("epochs", epochs, 1)
+    batch_size = check_whole("batch_size", batch_size, 1)
+    save_every_steps = check_whole("save_every_steps", save_every_steps, 1)
+    seed = check_whole("seed", seed, 0)
     for name, why in _OWN_ARGUMENTS.items():
         if name in fit_kwargs:
             raise TypeError(f"resumable_fit does not take {name}=: {why}.")

@@ -55,7 +55,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import numbers
 import os
 import shutil
 import sys
@@ -68,6 +67,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgtutor._checks import check_whole
 from mgtutor.parallel import check_batch_divisible
 
 CHECKPOINT_NAME = "ckpt"
@@ -157,12 +157,6 @@ def _strategy_of(variable: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- checks
-
-
-def _whole(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
-    return int(value)
 
 
 def _arrays(x: Any, y: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -651,7 +645,7 @@ class Trainer:
         Under a multi-worker strategy every worker makes the call (the sums are collective).
         """
         x, y = _arrays(x, y, "evaluate")
-        batch_size = _whole(batch_size, "batch_size", 1)
+        batch_size = check_whole("batch_size", batch_size, 1)
         check_batch_divisible(batch_size, self.num_replicas)
         self._build_metrics(x, y)
         return self._evaluate(*self._validation(x, y, batch_size))
@@ -760,9 +754,9 @@ class Trainer:
     ) -> _Plan:
         """Every argument of `fit` checked, before any work."""
         x, y = _arrays(x, y, "fit")
-        batch_size = _whole(batch_size, "batch_size", 1)
-        epochs = _whole(epochs, "epochs", 1)
-        seed = _whole(seed, "seed", 0)
+        batch_size = check_whole("batch_size", batch_size, 1)
+        epochs = check_whole("epochs", epochs, 1)
+        seed = check_whole("seed", seed, 0)
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle must be True or False, got {shuffle!r}.")
         check_batch_divisible(batch_size, self.num_replicas)
@@ -774,7 +768,7 @@ class Trainer:
             )
         steps = full_batches
         if steps_per_epoch is not None:
-            steps = _whole(steps_per_epoch, "steps_per_epoch", 1)
+            steps = check_whole("steps_per_epoch", steps_per_epoch, 1)
             if steps > full_batches:
                 raise ValueError(
                     f"steps_per_epoch={steps} but x holds only {full_batches} full batches of "
@@ -785,7 +779,7 @@ class Trainer:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise TypeError("validation_data must be a tuple (x_val, y_val) of NumPy arrays.")
             x_val, y_val = _arrays(*validation_data, "validation_data")
-            val_batch = _whole(validation_batch_size or batch_size, "validation_batch_size", 1)
+            val_batch = check_whole("validation_batch_size", validation_batch_size or batch_size, 1)
             check_batch_divisible(val_batch, self.num_replicas)
             validation = (x_val, y_val, val_batch)
         callbacks = list(callbacks or [])
@@ -799,7 +793,7 @@ class Trainer:
                 )
         folder = _folder(checkpoint_dir, "checkpoint_dir") if checkpoint_dir is not None else None
         if checkpoint_every_steps is not None:
-            checkpoint_every_steps = _whole(checkpoint_every_steps, "checkpoint_every_steps", 1)
+            checkpoint_every_steps = check_whole("checkpoint_every_steps", checkpoint_every_steps, 1)
             if folder is None:
                 raise ValueError("checkpoint_every_steps needs checkpoint_dir=... (where to save).")
         from mgtutor.resume import _fingerprint

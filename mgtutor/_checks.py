@@ -1,0 +1,22 @@
+"""Argument checks the modules share, so every "must be a whole number" error reads the same.
+
+It imports nothing heavy: `bench` and `cluster` check arguments in processes that never load TensorFlow.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+
+def is_whole(value: Any) -> bool:
+    """An integer, Python's or NumPy's, but not a bool (``True`` is an int to Python)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_whole(name: str, value: Any, minimum: int, hint: str = "") -> int:
+    """`value` as an int when it is a whole number >= `minimum`; else a ValueError naming `name`."""
+    if not is_whole(value) or value < minimum:
+        message = f"{name} must be a whole number >= {minimum}, got {value!r}."
+        raise ValueError(f"{message} {hint}" if hint else message)
+    return int(value)
