@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from mgtutor._checks import check_whole
+
 DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
 OFFLINE_ENV = "MGTUTOR_OFFLINE"
 DATASET_NAMES = ("cifar10", "mnist", "synthetic")
@@ -95,6 +97,8 @@ class Dataset:
     class_names: tuple[str, ...]
     source: str
     synthetic: bool = False
+    # The synthetic stand-in's seed: `subset` regenerates it at any size a notebook asks for.
+    synthetic_seed: int | None = None
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         yield self.x_train, self.y_train
@@ -109,7 +113,23 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
     def subset(self, train_samples: int | None, test_samples: int | None = None, seed: int = 0):
-        """A class-balanced, reproducible subset (None keeps a split whole)."""
+        """A class-balanced, reproducible subset (None keeps a split whole).
+
+        The synthetic stand-in has no fixed size: asked for more examples than it holds, it is
+        generated again at the size asked, so every notebook's defaults run offline too.
+        """
+        for name, value in (("train_samples", train_samples), ("test_samples", test_samples)):
+            if value is not None:
+                check_whole(name, value, 1, "Pass None to keep the whole split.")
+        if self.synthetic and self.synthetic_seed is not None:
+            wanted_train = max(len(self.y_train), train_samples or 0)
+            wanted_test = max(len(self.y_test), test_samples or 0)
+            if (wanted_train, wanted_test) != (len(self.y_train), len(self.y_test)):
+                grown = synthetic_dataset(
+                    wanted_train, wanted_test, image_shape=self.input_shape,
+                    num_classes=self.num_classes, seed=self.synthetic_seed,
+                )  # fmt: skip
+                return grown.subset(train_samples, test_samples, seed)
         x_train, y_train = take_subset(self.x_train, self.y_train, train_samples, seed, "train_samples")
         x_test, y_test = take_subset(self.x_test, self.y_test, test_samples, seed, "test_samples")
         return replace(self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
@@ -377,8 +397,8 @@ def synthetic_dataset(
     height, width, channels = image_shape
     rng = np.random.default_rng(seed)
     total = train_samples + test_samples
-    labels = np.arange(total) % num_classes
-    rng.shuffle(labels)
+    # Each split balanced on its own, so a subset of all of it is balanced too.
+    labels = np.concatenate([rng.permutation(np.arange(n) % num_classes) for n in (train_samples, test_samples)])
     half = (num_classes + 1) // 2
     angle = (labels % half) * np.pi / half + rng.normal(0, 0.05, total)
     cycles = np.where(labels < half, 2.0, 4.5) + rng.normal(0, 0.1, total)
@@ -398,6 +418,7 @@ def synthetic_dataset(
         class_names=tuple(f"pattern-{k}" for k in range(num_classes)),
         source=f"synthetic_dataset(seed={seed})",
         synthetic=True,
+        synthetic_seed=seed,
     )  # fmt: skip
 
 

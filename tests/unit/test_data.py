@@ -6,6 +6,7 @@ import gzip
 import pickle
 import struct
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -374,3 +375,19 @@ def test_prepared_scales_and_one_hots_both_splits():
     np.testing.assert_array_equal(x_train, data.scale_images(dataset.x_train))
     np.testing.assert_array_equal(y_test, data.one_hot(dataset.y_test, 10))
     assert x_test.dtype == np.float32 and y_train.shape == (20, 10)
+
+
+def test_synthetic_stand_in_grows_to_any_subset_size():
+    # Offline, every notebook's defaults must run: notebook 07 asks for 8,000 MNIST-shaped examples.
+    stand_in = data.synthetic_dataset(100, 20, image_shape=(28, 28, 1), seed=5)
+    grown = stand_in.subset(300, 50, seed=1)
+    assert grown.x_train.shape == (300, 28, 28, 1) and grown.x_test.shape == (50, 28, 28, 1)
+    assert grown.synthetic and grown.synthetic_seed == 5
+    assert np.bincount(grown.y_train[:, 0]).tolist() == [30] * 10
+    np.testing.assert_array_equal(grown.x_train, stand_in.subset(300, 50, seed=1).x_train)
+    # Real data never grows: asking for more than exists stays an error naming the parameter.
+    real_like = replace(stand_in, synthetic=False, synthetic_seed=None)
+    with pytest.raises(ValueError, match="train_samples=300 but only 100"):
+        real_like.subset(300, None)
+    with pytest.raises(ValueError, match="test_samples must be a whole number"):
+        stand_in.subset(10, "all")
