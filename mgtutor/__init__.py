@@ -99,6 +99,11 @@ _EXPORTS = {
     "plot_class_counts": "plots",
     "plot_history": "plots",
     "plot_scaling": "plots",
+    "plot_against_baseline": "plots",
+    "working_folder": "workspace",
+    "one_device_baseline": "baseline",
+    "baseline_key": "baseline",
+    "save_baseline": "baseline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -94,6 +94,34 @@ def plot_history(history: Any, metrics: Sequence[str] = ("loss", "accuracy"), *,
     return fig
 
 
+def plot_against_baseline(
+    curves: Mapping[str, Any], baseline: str, metrics: Sequence[str] = ("loss", "val_accuracy"), *, title: str = ""
+):
+    """Runs' curves overlaid on the one-device `baseline` (a key of `curves`), one panel per metric.
+
+    `curves` maps a run's name to its History or History dict. The baseline is
+    drawn thick and grey, so the multi-device runs read as departures from it.
+    """
+    if baseline not in curves:
+        raise ValueError(f"baseline {baseline!r} is not one of the runs: {', '.join(curves)}.")
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.8 * len(metrics), 3.2), squeeze=False)
+    for axis, metric in zip(axes.flat, metrics, strict=True):
+        for name, history in curves.items():
+            series = getattr(history, "history", history)[metric]
+            epochs = np.arange(1, len(series) + 1)
+            style = {"color": "0.6", "linewidth": 5, "alpha": 0.6} if name == baseline else {"marker": "o"}
+            axis.plot(epochs, series, label=name, **style)
+        axis.set_xlabel("epoch")
+        axis.set_title(metric)
+        axis.set_xticks(epochs)
+    axes.flat[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def plot_scaling(results: Any, *, title: str = ""):
     """A scaling study's two panels: images/s vs devices with the ideal line, and efficiency.
 

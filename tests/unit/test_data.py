@@ -391,3 +391,19 @@ def test_synthetic_stand_in_grows_to_any_subset_size():
         real_like.subset(300, None)
     with pytest.raises(ValueError, match="test_samples must be a whole number"):
         stand_in.subset(10, "all")
+
+
+def test_prepared_scales_or_standardizes_per_channel_with_training_statistics():
+    dataset = data.synthetic_dataset(200, 50, seed=2)
+    (x_train, y_train), (x_test, y_test) = dataset.prepared()
+    assert x_train.dtype == np.float32 and 0.0 <= x_train.min() and x_train.max() <= 1.0
+    assert y_train.shape == (200, 10) and y_test.shape == (50, 10)
+    (s_train, _), (s_test, _) = dataset.prepared(standardize=True)
+    assert s_train.dtype == np.float32
+    np.testing.assert_allclose(s_train.mean(axis=(0, 1, 2), dtype=np.float64), 0.0, atol=1e-5)
+    np.testing.assert_allclose(s_train.std(axis=(0, 1, 2), dtype=np.float64), 1.0, atol=1e-5)
+    # The test split uses the TRAINING statistics: the same affine map, not its own.
+    mean, std = x_train.mean(axis=(0, 1, 2), dtype=np.float64), x_train.std(axis=(0, 1, 2), dtype=np.float64)
+    np.testing.assert_allclose(s_test, (x_test - mean) / std, atol=1e-5)
+    with pytest.raises(TypeError, match="standardize must be True or False"):
+        dataset.prepared(standardize="yes")
