@@ -80,7 +80,8 @@ def one_device_baseline(
     found = find_baseline(key, folder)
     if found is not None:
         history, path, seconds = found
-        print(f"one-device baseline: reused {path} (same data, recipe and seed; it trained in {seconds:.0f} s)")
+        why = f"same data, recipe and seed; it trained in {seconds:.0f} s"
+        print(f"one-device baseline: reused {path} ({why})")
         return history
     import contextlib
 

@@ -414,7 +414,8 @@ def synthetic_dataset(
     rng = np.random.default_rng(seed)
     total = train_samples + test_samples
     # Each split balanced on its own, so a subset of all of it is balanced too.
-    labels = np.concatenate([rng.permutation(np.arange(n) % num_classes) for n in (train_samples, test_samples)])
+    splits = (train_samples, test_samples)
+    labels = np.concatenate([rng.permutation(np.arange(n) % num_classes) for n in splits])
     half = (num_classes + 1) // 2
     angle = (labels % half) * np.pi / half + rng.normal(0, 0.05, total)
     cycles = np.where(labels < half, 2.0, 4.5) + rng.normal(0, 0.1, total)

@@ -95,7 +95,11 @@ def plot_history(history: Any, metrics: Sequence[str] = ("loss", "accuracy"), *,
 
 
 def plot_against_baseline(
-    curves: Mapping[str, Any], baseline: str, metrics: Sequence[str] = ("loss", "val_accuracy"), *, title: str = ""
+    curves: Mapping[str, Any],
+    baseline: str,
+    metrics: Sequence[str] = ("loss", "val_accuracy"),
+    *,
+    title: str = "",
 ):
     """Runs' curves overlaid on the one-device `baseline` (a key of `curves`), one panel per metric.
 

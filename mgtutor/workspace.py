@@ -28,7 +28,7 @@ def working_folder(notebook: str, *, fresh: bool = True, root: str | os.PathLike
         raise TypeError(f"fresh must be True or False, got {fresh!r}.")
     folder = Path(os.fspath(root)).expanduser() / notebook
     if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{str(folder)!r} is a file; move it away so the notebook can use that folder.")
+        raise NotADirectoryError(f"{str(folder)!r} is a file; move it away so the notebook can use it.")
     if fresh and folder.is_dir() and any(folder.iterdir()):
         if not (folder / _MARKER).exists():
             raise FileExistsError(

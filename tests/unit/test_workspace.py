@@ -14,7 +14,8 @@ def test_fresh_folder_is_emptied_and_kept_otherwise(tmp_path):
     (folder / "checkpoints" / "state.npz").write_bytes(b"x")
     (folder / "model.keras").write_bytes(b"y")
     kept = working_folder("07_save_and_restore", fresh=False, root=tmp_path / "work")
-    assert sorted(p.name for p in kept.iterdir() if not p.name.startswith(".")) == ["checkpoints", "model.keras"]
+    kept_names = sorted(p.name for p in kept.iterdir() if not p.name.startswith("."))
+    assert kept_names == ["checkpoints", "model.keras"]
     again = working_folder("07_save_and_restore", root=tmp_path / "work")
     assert [p.name for p in again.iterdir() if not p.name.startswith(".")] == []
 
