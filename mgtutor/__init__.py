@@ -104,6 +104,8 @@ _EXPORTS = {
     "one_device_baseline": "baseline",
     "baseline_key": "baseline",
     "save_baseline": "baseline",
+    "run_script": "processes",
+    "ScriptError": "processes",
 }
 
 __all__ = sorted(_EXPORTS)
