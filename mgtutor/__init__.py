@@ -54,6 +54,7 @@ _EXPORTS = {
     "train_steps": "parallel",
     "fit_generator": "train",
     "Throughput": "train",
+    "EndlessBatches": "streams",
     "ParallelWrapper": "averaging",
     "replica_spread": "averaging",
     "Trainer": "trainer",
