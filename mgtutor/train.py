@@ -19,6 +19,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from mgtutor.streams import EndlessBatches, is_sequence_like
+
 # Keras 2's defaults for the loader arguments: any other value was a request.
 _LOADER_DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
 
@@ -58,6 +60,109 @@ def _with_class_weight(generator: Any, class_weight: dict[int, float]) -> Any:
         yield x, y, _class_weights_for(y, class_weight)
 
 
+def _kind(data: Any) -> str:
+    """Which of fit_generator's inputs `data` is; "other" goes to ``model.fit`` as it is."""
+    if isinstance(data, keras.utils.PyDataset):
+        return "pydataset" if data.num_batches is not None else "endless pydataset"
+    if _is_python_generator(data):
+        return "generator"
+    if is_sequence_like(data):
+        return "sequence"
+    if _is_tf_dataset(data):
+        return "tf.data"
+    return "other"
+
+
+def _is_tf_dataset(data: Any) -> bool:
+    import tensorflow as tf  # already loaded by Keras' TensorFlow backend
+
+    return isinstance(data, tf.data.Dataset)
+
+
+def _cardinality(dataset: Any) -> int:
+    return int(dataset.cardinality().numpy())  # -1 infinite, -2 unknown
+
+
+def _stream(
+    data: Any, kind: str, steps: int | None, parameter: str, shuffle: bool, loader: dict[str, Any]
+) -> tuple[Any, int | None]:
+    """`data` made to give `steps` batches per epoch the Keras 2 way, and the steps to pass on.
+
+    `parameter` is "steps_per_epoch" or "validation_steps", for the messages.
+    """
+    if kind == "tf.data":
+        import tensorflow as tf
+
+        size = _cardinality(data)
+        if size == 0:
+            raise ValueError(f"The tf.data.Dataset given with {parameter} is empty: it has no batches.")
+        if steps is None and size == tf.data.INFINITE_CARDINALITY:
+            raise ValueError(
+                f"{parameter} is required for an infinite tf.data.Dataset (it has .repeat() without a "
+                "count), else the first epoch never ends. Pass "
+                f"{parameter}=math.ceil(n_samples / batch_size)."
+            )
+        if steps is not None and size != tf.data.INFINITE_CARDINALITY:
+            # Keras 3 would stop at the end of the data; Keras 2 read on across epochs.
+            return data.repeat(), steps
+        return data, steps
+    if kind == "endless pydataset" and steps is None:
+        raise ValueError(
+            f"{parameter} is required for a PyDataset whose num_batches is None (endless), else the "
+            f"first epoch never ends. Pass {parameter}=math.ceil(n_samples / batch_size)."
+        )
+    if kind == "sequence" or (kind == "pydataset" and steps is not None):
+        return EndlessBatches(data, shuffle=shuffle, **loader), steps if steps is not None else len(data)
+    return data, steps
+
+
+class _RanOut(keras.callbacks.Callback):
+    """Turns Keras 3's "input ran out of data; interrupting training" into an error.
+
+    Keras 2 read steps_per_epoch batches every epoch or failed; Keras 3 ends the
+    epoch early with a warning and trains on. Runs after the caller's callbacks,
+    so they still see the cut-short epoch.
+    """
+
+    def __init__(self, steps_per_epoch: int | None, validation_steps: int | None) -> None:
+        super().__init__()
+        self.steps_per_epoch, self.validation_steps = steps_per_epoch, validation_steps
+        self._steps = self._test_steps = self._seen = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._steps = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._steps = batch + 1  # Keras passes the last step of the execution
+        self._seen += 1
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.steps_per_epoch is None or self._steps >= self.steps_per_epoch or self.model.stop_training:
+            return  # a callback such as TerminateOnNaN may stop an epoch on purpose
+        raise ValueError(
+            f"fit_generator: the training data ran out after {self._steps} of the "
+            f"steps_per_epoch={self.steps_per_epoch} batches of epoch {epoch + 1}. Keras 2 reads "
+            "steps_per_epoch batches every epoch from one endless stream, so a generator must never "
+            "end: loop over the data forever (`while True:` around the loop that yields the "
+            "batches), or give a keras.utils.PyDataset, which fit_generator goes round pass after pass."
+        )
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        self._test_steps = 0
+
+    def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._test_steps = batch + 1
+
+    def on_test_end(self, logs: dict | None = None) -> None:
+        if self.validation_steps is None or self._test_steps >= self.validation_steps:
+            return
+        raise ValueError(
+            f"fit_generator: the validation data ran out after {self._test_steps} of the "
+            f"validation_steps={self.validation_steps} batches. Make the validation generator endless "
+            "(`while True:` around its loop), or lower validation_steps."
+        )
+
+
 def fit_generator(
     model: Any,
     generator: Any,
@@ -77,11 +182,20 @@ def fit_generator(
     """Keras 2's ``model.fit_generator(...)`` on Keras 3: returns ``model.fit``'s History.
 
     `generator` is a Python generator (or iterator) of batches, a
-    ``keras.utils.PyDataset`` or a ``tf.data.Dataset``. For a PyDataset,
-    non-default `workers`, `use_multiprocessing` and `max_queue_size` are set on
-    it for this call (Keras 3 reads them there) and restored afterwards; for
-    anything else they cannot apply, and a warning says so. `shuffle` applies to
-    a PyDataset only, as in Keras 2.
+    ``keras.utils.PyDataset`` (such as ``ImageDataGenerator.flow(...)``), a
+    Keras 2 ``Sequence`` or a ``tf.data.Dataset``. As in Keras 2, every epoch
+    trains `steps_per_epoch` batches taken from one endless stream: a PyDataset
+    or Sequence is read round and round (`EndlessBatches`; ``on_epoch_end`` at
+    each pass boundary), a finite tf.data.Dataset repeats, and a Python
+    generator is read on from where the last epoch stopped; if it ends, a
+    ValueError says so. Without `steps_per_epoch`, an epoch is one pass
+    (``len(generator)``); a generator needs it. `validation_steps` works the
+    same way for `validation_data`.
+
+    `workers`, `use_multiprocessing` and `max_queue_size` apply to a PyDataset
+    or Sequence only (Keras 3 reads them from the PyDataset, which is left as it
+    was); for anything else a warning says they are ignored. `shuffle` shuffles
+    the batch order of each pass of a PyDataset or Sequence, as in Keras 2.
     """
     if not hasattr(model, "fit"):
         raise TypeError(f"model must be a Keras model, got {type(model).__name__}.")
@@ -104,16 +218,16 @@ def fit_generator(
             f"class_weight must be a dict {{class index: weight}}, got {type(class_weight).__name__}."
         )
 
-    is_py_dataset = isinstance(generator, keras.utils.PyDataset)
-    is_generator = _is_python_generator(generator)
-    if is_generator and steps_per_epoch is None:
+    kind = _kind(generator)
+    if kind == "generator" and steps_per_epoch is None:
         raise ValueError(
             "steps_per_epoch is required when `generator` is a Python generator: it has no "
             "length, so Keras cannot tell where an epoch ends (an infinite generator would "
             "never end the first one). Pass steps_per_epoch=math.ceil(n_samples / batch_size), "
             "or wrap the data in a keras.utils.PyDataset, which knows its length."
         )
-    if _is_python_generator(validation_data) and validation_steps is None:
+    validation_kind = _kind(validation_data) if validation_data is not None else None
+    if validation_kind == "generator" and validation_steps is None:
         raise ValueError(
             "validation_steps is required when validation_data is a Python generator: Keras "
             "cannot tell where the validation pass ends. Pass "
@@ -129,7 +243,8 @@ def fit_generator(
         )
         if value != _LOADER_DEFAULTS[name]
     }
-    if requested and not is_py_dataset:
+    loads_itself = kind in ("pydataset", "endless pydataset", "sequence")
+    if requested and not loads_itself:
         given = ", ".join(f"{k}={v!r}" for k, v in requested.items())
         warnings.warn(
             f"fit_generator: {given} ignored. In Keras 3 these belong to keras.utils.PyDataset "
@@ -139,9 +254,18 @@ def fit_generator(
             stacklevel=2,
         )
 
-    data = _as_generator(generator)
-    if class_weight is not None and is_generator:
+    # Check everything (the validation data too) before any work starts.
+    data, steps = _stream(generator, kind, steps_per_epoch, "steps_per_epoch", bool(shuffle), requested)
+    if validation_kind is not None:
+        validation_data, validation_steps = _stream(
+            validation_data, validation_kind, validation_steps, "validation_steps", False, {}
+        )
+    wrapped = data is not generator
+    data = _as_generator(data)
+    if class_weight is not None and kind == "generator":
         data, class_weight = _with_class_weight(data, class_weight), None
+    if (steps is not None or validation_steps is not None) and isinstance(callbacks, list | tuple | None):
+        callbacks = [*(callbacks or []), _RanOut(steps, validation_steps)]
     fit_kwargs = {
         "epochs": epochs,
         "verbose": verbose,
@@ -150,13 +274,14 @@ def fit_generator(
         "validation_steps": validation_steps,
         "class_weight": class_weight,
         "initial_epoch": initial_epoch,
-        "steps_per_epoch": steps_per_epoch,
-        # Keras 2 shuffled only Sequences; Keras 3 warns if asked for anything else.
-        "shuffle": bool(shuffle) if is_py_dataset else False,
+        "steps_per_epoch": steps,
+        # Keras 2 shuffled only Sequences; Keras 3 warns if asked for anything else
+        # (an EndlessBatches shuffles each pass itself).
+        "shuffle": bool(shuffle) if kind == "pydataset" and not wrapped else False,
     }
 
     saved = {}
-    if is_py_dataset:
+    if kind in ("pydataset", "endless pydataset") and not wrapped:
         for name, value in requested.items():
             saved[name] = getattr(generator, name)
             setattr(generator, name, value)
@@ -167,46 +292,81 @@ def fit_generator(
             setattr(generator, name, value)
 
 
-
 class Throughput(keras.callbacks.Callback):
     """Images/s and seconds per epoch, the numbers seed 001 quotes (63 s -> 16 s per epoch).
 
     Counts ``global_batch`` images per training step; the last, smaller batch
     of an epoch counts in full unless ``images_per_epoch`` gives the exact
-    number. Adds ``images_per_s`` and ``epoch_seconds`` to the epoch logs (so
-    they appear in ``History``) and keeps every epoch in ``.epochs``. The first
-    epoch includes graph tracing: compare the later ones.
+    number. Keeps every epoch in ``.epochs``: ``epoch``, ``seconds``,
+    ``steps`` (batches trained), ``complete`` (``steps`` reached the expected
+    count: `steps_per_epoch`, else the ``steps`` Keras announces; None if
+    unknown), ``images`` and ``images_per_s``, None for an epoch cut short (its
+    rate would describe a different workload). Adds ``images_per_s`` (NaN when
+    None) and ``epoch_seconds`` to the epoch logs, so they appear in ``History``.
+    The first epoch includes graph tracing: compare the later ones.
     """
 
-    def __init__(self, global_batch: int, images_per_epoch: int | None = None, verbose: bool = True):
+    def __init__(
+        self,
+        global_batch: int,
+        images_per_epoch: int | None = None,
+        verbose: bool = True,
+        steps_per_epoch: int | None = None,
+    ) -> None:
         super().__init__()
-        for name, value in (("global_batch", global_batch), ("images_per_epoch", images_per_epoch)):
-            if value is None and name == "images_per_epoch":
+        for name, value in (
+            ("global_batch", global_batch),
+            ("images_per_epoch", images_per_epoch),
+            ("steps_per_epoch", steps_per_epoch),
+        ):
+            if value is None and name != "global_batch":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
         self.global_batch = global_batch
         self.images_per_epoch = images_per_epoch
+        self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
-        self.epochs: list[dict[str, float]] = []
+        self.epochs: list[dict[str, Any]] = []
         self._steps = 0
         self._start = 0.0
+
+    def _expected_steps(self) -> int | None:
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch
+        steps = (self.params or {}).get("steps")
+        return int(steps) if steps else None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps = 0
         self._start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self._steps += 1
+        self._steps = batch + 1  # the last step of the execution (steps_per_execution > 1)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         # Keras validates inside the epoch; that time counts, as in seed 001's figures.
         seconds = time.perf_counter() - self._start
-        images = self.images_per_epoch or self._steps * self.global_batch
-        entry = {"epoch": epoch + 1, "seconds": seconds, "images": images, "images_per_s": images / seconds}
+        expected = self._expected_steps()
+        complete = None if expected is None else self._steps >= expected
+        exact = self.images_per_epoch if complete is not False else None
+        images = exact or self._steps * self.global_batch
+        rate = None if complete is False or seconds <= 0 else images / seconds
+        entry = {
+            "epoch": epoch + 1,
+            "seconds": seconds,
+            "steps": self._steps,
+            "complete": complete,
+            "images": images,
+            "images_per_s": rate,
+        }
         self.epochs.append(entry)
         if logs is not None:
-            logs["images_per_s"] = entry["images_per_s"]
+            logs["images_per_s"] = float("nan") if rate is None else rate
             logs["epoch_seconds"] = seconds
-        if self.verbose:
-            print(f"epoch {epoch + 1}: {seconds:.1f} s, {entry['images_per_s']:,.0f} images/s")
+        if not self.verbose:
+            return
+        if rate is None:
+            print(f"epoch {epoch + 1}: {seconds:.1f} s, cut short after {self._steps} of {expected} steps")
+        else:
+            print(f"epoch {epoch + 1}: {seconds:.1f} s, {rate:,.0f} images/s")
