@@ -84,22 +84,23 @@ def _cardinality(dataset: Any) -> int:
 
 
 def _stream(
-    data: Any, kind: str, steps: int | None, parameter: str, shuffle: bool, loader: dict[str, Any]
+    data: Any, kind: str, steps: int | None, name: str, shuffle: bool, loader: dict[str, Any]
 ) -> tuple[Any, int | None]:
     """`data` made to give `steps` batches per epoch the Keras 2 way, and the steps to pass on.
 
-    `parameter` is "steps_per_epoch" or "validation_steps", for the messages.
+    `name` is the argument `data` came in, "generator" or "validation_data".
     """
+    parameter = "steps_per_epoch" if name == "generator" else "validation_steps"
     if kind == "tf.data":
         import tensorflow as tf
 
         size = _cardinality(data)
         if size == 0:
-            raise ValueError(f"The tf.data.Dataset given with {parameter} is empty: it has no batches.")
+            raise ValueError(f"{name} is an empty tf.data.Dataset: it has no batches.")
         if steps is None and size == tf.data.INFINITE_CARDINALITY:
             raise ValueError(
-                f"{parameter} is required for an infinite tf.data.Dataset (it has .repeat() without a "
-                "count), else the first epoch never ends. Pass "
+                f"{parameter} is required when {name} is an infinite tf.data.Dataset (.repeat() "
+                "without a count), else the first epoch never ends. Pass "
                 f"{parameter}=math.ceil(n_samples / batch_size)."
             )
         if steps is not None and size != tf.data.INFINITE_CARDINALITY:
@@ -108,9 +109,11 @@ def _stream(
         return data, steps
     if kind == "endless pydataset" and steps is None:
         raise ValueError(
-            f"{parameter} is required for a PyDataset whose num_batches is None (endless), else the "
-            f"first epoch never ends. Pass {parameter}=math.ceil(n_samples / batch_size)."
+            f"{parameter} is required when {name} is a PyDataset whose num_batches is None "
+            f"(endless), else the first epoch never ends. Pass {parameter}=math.ceil(n_samples / batch_size)."
         )
+    if kind in ("sequence", "pydataset") and len(data) < 1:
+        raise ValueError(f"{name} has no batches: len({name}) is {len(data)}.")
     if kind == "sequence" or (kind == "pydataset" and steps is not None):
         return EndlessBatches(data, shuffle=shuffle, **loader), steps if steps is not None else len(data)
     return data, steps
@@ -255,10 +258,10 @@ def fit_generator(
         )
 
     # Check everything (the validation data too) before any work starts.
-    data, steps = _stream(generator, kind, steps_per_epoch, "steps_per_epoch", bool(shuffle), requested)
+    data, steps = _stream(generator, kind, steps_per_epoch, "generator", bool(shuffle), requested)
     if validation_kind is not None:
         validation_data, validation_steps = _stream(
-            validation_data, validation_kind, validation_steps, "validation_steps", False, {}
+            validation_data, validation_kind, validation_steps, "validation_data", False, {}
         )
     wrapped = data is not generator
     data = _as_generator(data)

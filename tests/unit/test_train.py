@@ -232,10 +232,23 @@ def test_bad_inputs_are_refused_before_training():
 
     x, y = _images()
     endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
-    with pytest.raises(ValueError, match="steps_per_epoch is required for an infinite tf.data"):
+    with pytest.raises(ValueError, match="steps_per_epoch is required when generator is an infinite tf.data"):
         fit_generator(_model(), endless, epochs=1, verbose=0)
-    with pytest.raises(ValueError, match="given with steps_per_epoch is empty"):
+    with pytest.raises(ValueError, match="generator is an empty tf.data.Dataset"):
         fit_generator(_model(), endless.take(0), 5, verbose=0)
+
+    class Empty:  # a Keras 2 Sequence without batches
+        def __len__(self):
+            return 0
+
+        def __getitem__(self, index):
+            raise IndexError(index)
+
+        def on_epoch_end(self):
+            pass
+
+    with pytest.raises(ValueError, match=r"generator has no batches: len\(generator\) is 0"):
+        fit_generator(_model(), Empty(), 5, verbose=0)
     with pytest.raises(TypeError, match="finite keras.utils.PyDataset"):
         EndlessBatches(iter([]))
     with pytest.raises(ValueError, match="seed must be a whole number >= 0"):
