@@ -130,14 +130,13 @@ class _RanOut(keras.callbacks.Callback):
     def __init__(self, steps_per_epoch: int | None, validation_steps: int | None) -> None:
         super().__init__()
         self.steps_per_epoch, self.validation_steps = steps_per_epoch, validation_steps
-        self._steps = self._test_steps = self._seen = 0
+        self._steps = self._test_steps = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps = 0
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._steps = batch + 1  # Keras passes the last step of the execution
-        self._seen += 1
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if self.steps_per_epoch is None or self._steps >= self.steps_per_epoch or self.model.stop_training:
@@ -161,8 +160,8 @@ class _RanOut(keras.callbacks.Callback):
             return
         raise ValueError(
             f"fit_generator: the validation data ran out after {self._test_steps} of the "
-            f"validation_steps={self.validation_steps} batches. Make the validation generator endless "
-            "(`while True:` around its loop), or lower validation_steps."
+            f"validation_steps={self.validation_steps} batches. Make the validation data endless (a "
+            "generator: `while True:` around its loop), or lower validation_steps."
         )
 
 
