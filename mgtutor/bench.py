@@ -20,7 +20,7 @@ the devices consume batches and how fast the input pipeline produces them.
 
 Where it runs matters. Logical CPU devices (`mgtutor.setup_devices` without a
 GPU) share the same cores, and one device already uses them all, so more
-devices cannot be faster: expect a speed-up of at most 1. Logical GPUs carved
+devices add no compute: at a fixed global batch expect a speed-up of at most 1. Logical GPUs carved
 out of one GPU share it the same way. Only real devices can show a speed-up.
 
 Importing this module starts nothing: TensorFlow loads only inside
@@ -487,6 +487,68 @@ def _input_verdict(
     return False, f"{lead}: not input-bound.{noise}"
 
 
+def _scaling_mode(runs: Sequence[Mapping[str, Any]]) -> str:
+    """"strong" (the global batch stays fixed), "weak" (the per-replica batch does) or "mixed"."""
+    batches = {run.get("global_batch") for run in runs}
+    if None in batches:
+        return "unknown"
+    if len(batches) == 1:
+        return "strong"
+    return "weak" if len({run.get("batch_size_per_replica") for run in runs}) == 1 else "mixed"
+
+
+def _best_speedup(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    most = max(run["devices"] for run in runs)
+    return max((run for run in runs if run["devices"] == most), key=lambda run: run["speedup"])
+
+
+def _hardware_line(kind: str, counts: Sequence[int], cores: int, runs: Sequence[Mapping[str, Any]]) -> str:
+    """What the hardware allows, then what was measured, in words that agree with the numbers."""
+    top = _best_speedup(runs)
+    measured = f"measured: speed-up {top['speedup']:.2f} on {top['devices']} devices ({top['pipeline']})"
+    if kind in ("logical-cpu", "logical-gpu"):
+        what = (
+            f"{', '.join(map(str, counts))} logical CPU device(s) share {cores} core(s)"
+            if kind == "logical-cpu"
+            else "The logical GPUs are slices of one physical GPU"
+        )
+        same_work = _scaling_mode(runs) == "strong"
+        if top["speedup"] <= 1.05:
+            verdict = "as expected: the added devices bring no compute of their own."
+        elif same_work:
+            verdict = (
+                "above 1 with the same work per step: smaller per-replica batches happened to run "
+                "better on these cores, or the machine was busier during the one-device run; rerun."
+            )
+        else:
+            verdict = "the gain comes from the larger global batch, not from the devices (see below)."
+        return (
+            f"{what}: one device already keeps it all busy, so more devices cannot add compute; the "
+            f"devices' own limit is a speed-up of 1. The dashed ideal line is what separate GPUs would "
+            f"allow. {measured.capitalize()}: {verdict}"
+        )
+    if kind == "gpu":
+        return (
+            f"Real GPUs: the ideal speed-up is n; {measured}. Efficiency well below 100 % means something "
+            "other than the GPUs sets the pace: the input pipeline (see below) or the gradient exchange "
+            "(the synthetic runs, which have no input cost, show it)."
+        )
+    return f"Devices of kind {kind}; {measured}."
+
+
+def _weak_scaling_line(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Weak scaling grows the global batch with the devices: say what that alone is worth."""
+    first = min(runs, key=lambda run: run["devices"])
+    top = _best_speedup(runs)
+    return (
+        f"Weak scaling: the global batch grew from {first['global_batch']} to {top['global_batch']} "
+        f"images per step ({top['batch_size_per_replica']} per replica). A larger batch costs less per "
+        "image (fewer, larger matrix products; less per-step overhead), so images/s can rise even where "
+        "the devices add nothing. Compare the strong-scaling study (fixed global batch) to see the "
+        "devices alone."
+    )
+
+
 def read_scaling(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What the runs say: what speed-up the hardware allows, and whether the input limits it.
 
@@ -510,30 +572,17 @@ def read_scaling(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     pipelines = list(dict.fromkeys(run["pipeline"] for run in runs))
     shared = kind in ("logical-cpu", "logical-gpu")
     by_key = {(run["pipeline"], run["devices"]): run for run in runs}
-    lines = []
-    if kind == "logical-cpu":
+    mode = _scaling_mode(runs)
+    lines = [_hardware_line(kind, counts, cores, runs)]
+    if mode == "weak":
+        lines.append(_weak_scaling_line(runs))
+    if kind == "logical-cpu" and any(
+        run["devices"] > 1 and run.get("strategy") == "mirrored" for run in runs
+    ):
         lines.append(
-            f"{', '.join(map(str, counts))} logical CPU device(s) share {cores} core(s) "
-            f"({', '.join(f'{cores / n:g}' for n in counts)} core(s) per device): one device already "
-            "uses every core, so each device added takes compute from the others. Expect a speed-up "
-            "of at most 1 here; the dashed ideal line is what separate real GPUs would allow."
-        )
-        if any(run["devices"] > 1 and run.get("strategy") == "mirrored" for run in runs):
-            lines.append(
-                "Much of the drop below 1 is MirroredStrategy's own per-step work on CPUs "
-                "(benchmarks/bench_parallel.py: a one-device MirroredStrategy is as slow as two); "
-                "--strategy towers shows the split without it."
-            )
-    elif kind == "logical-gpu":
-        lines.append(
-            "The logical GPUs are slices of one physical GPU: they share its compute, so expect a "
-            "speed-up of at most 1. Run on a machine with several GPUs to see real scaling."
-        )
-    elif kind == "gpu":
-        lines.append(
-            "Real GPUs: the ideal speed-up is n. Efficiency well below 100 % means something other "
-            "than the GPUs sets the pace: the input pipeline (see below) or the gradient exchange "
-            "(the synthetic runs, which have no input cost, show it)."
+            "Part of the cost is MirroredStrategy's own per-step work on CPUs (splitting each batch, "
+            "summing gradients): benchmarks/bench_parallel.py measures it, and --strategy towers "
+            "shows the split without it."
         )
     summary: dict[str, Any] = {}
     for pipeline in pipelines:
@@ -593,6 +642,7 @@ def read_scaling(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "cores": cores,
         "cores_per_device": {str(n): cores / n for n in counts},
         "expected_speedup": "<= 1" if shared else "up to n",
+        "scaling": mode,
         "most_devices": max(counts),
         "pipelines": summary,
         "gap_vs_synthetic": gaps,
@@ -734,6 +784,7 @@ def scaling_study(
     model: str = "seed_cnn",
     strategy: str = "mirrored",
     batch_size_per_replica: int = 32,
+    global_batch: int | None = None,
     steps: int = 20,
     warmup_steps: int = 3,
     dataset: str = "cifar10",
@@ -752,7 +803,10 @@ def scaling_study(
     in that process one after another, each on a freshly built model, which keeps
     the synthetic and real-input runs it compares close in time. ``isolate=True``
     gives every (devices, pipeline) its own process instead. `timeout` is
-    seconds per child. Returns ``{"settings", "runs", "reading", "elapsed_s"}``
+    seconds per child. Weak scaling (the default) keeps `batch_size_per_replica`,
+    so the global batch grows with the devices; strong scaling, with
+    `global_batch`, keeps the global batch and gives each of n devices
+    ``global_batch // n``. Returns ``{"settings", "runs", "reading", "elapsed_s"}``
     (runs gain ``speedup`` and ``efficiency``: see `with_speedups`); with
     `output`, also writes ``scaling.json`` and ``scaling.png`` there, atomically.
     """
@@ -761,7 +815,7 @@ def scaling_study(
         pipelines,
         model,
         strategy,
-        batch_size_per_replica,
+        batch_size_per_replica if global_batch is None else 1,  # strong scaling: checked below
         steps,
         warmup_steps,
         samples,
@@ -771,11 +825,23 @@ def scaling_study(
     )
     if not isinstance(isolate, bool):
         raise ValueError(f"isolate must be True or False, got {isolate!r}.")
+    per_replica = {n: batch_size_per_replica for n in devices}
+    if global_batch is not None:
+        global_batch = check_whole("global_batch", global_batch, 1)
+        uneven = [n for n in devices if global_batch % n]
+        if uneven:
+            raise ValueError(
+                f"global_batch={global_batch} does not divide over {uneven} device(s); pass a multiple of "
+                f"{math.lcm(*devices)} so every device count gets whole per-replica batches."
+            )
+        per_replica = {n: global_batch // n for n in devices}
+        if samples is not None and samples < global_batch:
+            raise ValueError(f"samples={samples} cannot fill one global batch of {global_batch}; pass more.")
     from mgtutor.data import load_dataset
 
     # Find the data here, before any child starts: a missing or too small data set fails once, early.
     available = len(load_dataset(dataset, data_path, seed=seed).x_train)
-    largest = max(devices) * batch_size_per_replica
+    largest = max(n * per_replica[n] for n in devices)
     if (samples or available) > available or available < largest:
         raise ValueError(
             f"samples: the {dataset} training set here has {available} images; samples must lie between "
@@ -785,6 +851,7 @@ def scaling_study(
         "model": model,
         "strategy": strategy,
         "batch_size_per_replica": batch_size_per_replica,
+        "global_batch": global_batch,
         "steps": steps,
         "warmup_steps": warmup_steps,
         "dataset": dataset,
@@ -803,7 +870,9 @@ def scaling_study(
                 file=sys.stderr,
                 flush=True,
             )
-        runs.extend(_run_child(n, group, settings, float(timeout)))
+        child = {**settings, "batch_size_per_replica": per_replica[n]}
+        child.pop("global_batch")
+        runs.extend(_run_child(n, group, child, float(timeout)))
     runs = with_speedups(runs)
     results = {
         "settings": {

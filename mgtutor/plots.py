@@ -172,9 +172,9 @@ def plot_scaling(results: Any, *, title: str = ""):
         model = runs[0].get("model", "")
         title = f"{model} on {kind} devices" if model else f"{kind} devices"
         if kind == "logical-cpu":
-            title += f": all share the same {reading['cores']} CPU core(s), so no speed-up is expected"
+            title += f": all share the same {reading['cores']} CPU core(s) ({reading['scaling']} scaling)"
         elif kind == "logical-gpu":
-            title += ": all share one physical GPU, so no speed-up is expected"
+            title += f": all share one physical GPU ({reading['scaling']} scaling)"
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -225,8 +225,9 @@ def test_a_failing_child_reports_its_stderr_without_tensorflow_noise(monkeypatch
 # --------------------------------------------------------------------------- reading known numbers
 
 
-def _run(n: int, pipeline: str, rate: float, alone: float, kind: str = "gpu") -> dict:
+def _run(n: int, pipeline: str, rate: float, alone: float, kind: str = "gpu", per_replica: int = 32) -> dict:
     return {
+        "batch_size_per_replica": per_replica, "global_batch": n * per_replica,
         "devices": n, "pipeline": pipeline, "images_per_s": rate, "pipeline_images_per_s": alone,
         "device_kind": kind, "cpu_affinity": 8, "strategy": "mirrored" if n > 1 else "none (one device)",
         "seconds_per_epoch": 50_000 / rate, "model": "seed_cnn", "cores_used": 7.5,
@@ -282,6 +283,38 @@ def test_the_reading_on_shared_cores_and_without_a_one_device_run():
     assert "share 8 core(s)" in reading["lines"][0]
     with pytest.raises(ValueError, match="runs is empty"):
         bench.read_scaling([])
+
+
+def _logical(rates: dict[int, float], global_batch: int | None) -> list[dict]:
+    """Logical-CPU runs at fixed global batch (strong) or fixed 32 per replica (weak)."""
+    return [
+        {**_run(n, "in_memory", rate, 1e6, "logical-cpu"),
+         **({"global_batch": global_batch, "batch_size_per_replica": global_batch // n} if global_batch else {})}
+        for n, rate in rates.items()
+    ]  # fmt: skip
+
+
+def test_the_reading_never_contradicts_the_numbers():
+    slower = bench.read_scaling(_logical({1: 600.0, 2: 320.0, 4: 260.0}, global_batch=64))
+    assert slower["scaling"] == "strong"
+    assert "speed-up 0.43 on 4 devices" in slower["lines"][0] and "as expected" in slower["lines"][0]
+    # Weak scaling on the same cores can show a speed-up: the words must explain it, not deny it.
+    faster = bench.read_scaling(_logical({1: 460.0, 2: 600.0}, global_batch=None))
+    assert faster["scaling"] == "weak"
+    assert "speed-up 1.30 on 2 devices" in faster["lines"][0]
+    assert "larger global batch, not from the devices" in faster["lines"][0]
+    assert "grew from 32 to 64" in faster["lines"][1]
+    assert not any("at most 1" in line for line in faster["lines"])
+    # A strong-scaling speed-up on shared cores is flagged as suspect, never as the devices' doing.
+    odd = bench.read_scaling(_logical({1: 500.0, 2: 560.0}, global_batch=64))
+    assert "speed-up 1.12" in odd["lines"][0] and "rerun" in odd["lines"][0]
+    on_gpus = bench.read_scaling([{**run, "device_kind": "gpu"} for run in _logical({1: 500.0, 2: 950.0}, 64)])
+    assert "Real GPUs" in on_gpus["lines"][0] and "speed-up 1.90" in on_gpus["lines"][0]
+
+
+def test_strong_scaling_study_rejects_a_global_batch_that_does_not_divide():
+    with pytest.raises(ValueError, match=r"global_batch=66 does not divide over \[4\] device\(s\); pass a multiple of 4"):
+        bench.scaling_study((1, 2, 4), ("synthetic",), global_batch=66, steps=1, warmup_steps=1)
 
 
 def test_plot_scaling_draws_the_ideal_line_and_the_efficiency():
