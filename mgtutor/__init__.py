@@ -106,6 +106,9 @@ _EXPORTS = {
     "save_baseline": "baseline",
     "run_script": "processes",
     "ScriptError": "processes",
+    "quiet_tensorflow": "_tflog",
+    "quiet_native_stderr": "_tflog",
+    "restore_native_stderr": "_tflog",
 }
 
 __all__ = sorted(_EXPORTS)
