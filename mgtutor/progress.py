@@ -15,6 +15,8 @@ from typing import Any
 
 import keras
 
+from mgtutor._session import in_jupyter
+
 DEFAULT_UPDATE_SECONDS = 0.5
 
 
@@ -37,16 +39,6 @@ def format_logs(logs: dict[str, Any] | None) -> str:
         return name.startswith("val_"), base != "loss"
 
     return " - ".join(f"{name} {_number(logs[name])}" for name in sorted(logs, key=order))
-
-
-def _in_jupyter() -> bool:
-    """True inside a Jupyter kernel (JupyterLab, papermill), where a display can be updated in place."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 class ProgressBar(keras.callbacks.ProgbarLogger):
@@ -86,7 +78,7 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.lines = []
-        self._live = _in_jupyter() if self.live is None else self.live
+        self._live = in_jupyter() if self.live is None else self.live
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch + 1

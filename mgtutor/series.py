@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from mgtutor.records import read_records
+from mgtutor.records import MIME_TYPE, read_records
 from mgtutor.saving import atomic_write
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -106,11 +106,24 @@ def validate_overrides(overrides: dict[str, Any], notebooks: Sequence[Path]) -> 
     return _check_overrides(overrides, {nb: notebook_parameters(nb) for nb in notebooks})
 
 
+def _without_records(nb: Any) -> Any:
+    """`nb` without `record` outputs: nothing to see, but each would leave an empty box in the page."""
+    for cell in nb.cells:
+        if "outputs" in cell:
+            cell.outputs = [
+                out for out in cell.outputs
+                if not (MIME_TYPE in out.get("data", {}) and not "".join(out["data"].get("text/plain", "")))
+            ]  # fmt: skip
+    return nb
+
+
 def render_html(executed: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Render an executed notebook to one HTML file (plots embedded), written atomically."""
+    import nbformat
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter(embed_images=True).from_filename(str(executed))
+    nb = _without_records(nbformat.read(executed, as_version=4))
+    body, _ = HTMLExporter(embed_images=True).from_notebook_node(nb)
     target = Path(target)
     with atomic_write(target, ".html") as temp:
         temp.write_text(body, encoding="utf-8")

@@ -69,7 +69,7 @@ def test_in_jupyter_each_epoch_is_one_display_updated_in_place(capsys, monkeypat
         return _FakeHandle(displays)
 
     monkeypatch.setattr("IPython.display.display", display)
-    monkeypatch.setattr(progress, "_in_jupyter", lambda: True)
+    monkeypatch.setattr(progress, "in_jupyter", lambda: True)
     bar = ProgressBar(update_seconds=1e-9)  # every batch updates the display
     _fit(bar, verbose=0)
     assert capsys.readouterr().out == ""

@@ -17,6 +17,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from mgtutor import series
+from mgtutor.records import MIME_TYPE
 from tests.conftest import ROOT
 
 # A 1x1 PNG: the HTML rendering must embed images (the series' plots) in the page itself.
@@ -116,7 +117,12 @@ def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capsys,
         assert (run_dir / link).is_file(), link
     assert {"00_first.html", "00_first.ipynb", "01_second.html", "summary.json"} <= set(table.links)
     rendered = (run_dir / "00_first.html").read_text(encoding="utf-8")
-    assert f"data:image/png;base64,{TINY_PNG}" in rendered and "recorded epochs_seen = 10" in rendered
+    assert f"data:image/png;base64,{TINY_PNG}" in rendered
+    # Records are kept in the notebook with nothing to show, and left out of the page.
+    executed = nbformat.read(run_dir / "00_first.ipynb", as_version=4)
+    kept = [out for out in executed.cells[-1].outputs if MIME_TYPE in out.get("data", {})]
+    assert [out.data["text/plain"] for out in kept] == ["", "", ""]
+    assert "<pre></pre>" not in rendered and "recorded epochs_seen" not in rendered
 
 
 @pytest.mark.parametrize(
