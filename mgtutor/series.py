@@ -36,6 +36,12 @@ from mgtutor.saving import atomic_write
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
 PROGRESS_LINE_SECONDS = 2.0
+# Each kernel: no start-up warnings ("Kernel is running over TCP without encryption") on the
+# runner's terminal, and TensorFlow quieted before the notebook's first cell imports it.
+KERNEL_ARGUMENTS = (
+    "--IPKernelApp.log_level=ERROR",
+    "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
+)
 # A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
 MAX_METRIC_CHARS = 160
 
@@ -271,7 +277,7 @@ def _execute(
     try:
         papermill.execute_notebook(
             str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
-            cwd=str(run_dir), progress_bar=_progress_bar(),
+            cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
         )  # fmt: skip
     except papermill.PapermillExecutionError as err:
         return {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}
