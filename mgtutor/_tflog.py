@@ -144,10 +144,15 @@ def quiet_python_logs() -> None:
     """Raise (never lower) the ``tensorflow`` logger to ERROR and ``absl`` to WARNING.
 
     That hides "INFO:tensorflow:Using MirroredStrategy ...", the per-fit collective
-    and "Reduce to ..." lines, and tf.function retracing warnings.
+    and "Reduce to ..." lines, and tf.function retracing warnings. TensorFlow sets
+    its logger to INFO on first use in a notebook, so this acts again once it is
+    imported (`setup_devices` and `mirrored_strategy` call it then).
     """
     if _shown():
         return
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "get_logger"):
+        tf.get_logger()  # its one-time set-up first, or it would lower the level again later
     for name, level in (("tensorflow", logging.ERROR), ("absl", logging.WARNING)):
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() < level:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mgtutor._tflog import quiet_tensorflow
+from mgtutor._tflog import quiet_python_logs, quiet_tensorflow
 
 DEFAULT_GPU_MEMORY_LIMIT_MB = 2048
 
@@ -69,6 +69,7 @@ def setup_devices(
     quiet_tensorflow()
     import tensorflow as tf
 
+    quiet_python_logs()  # again: TensorFlow's logger is set up now
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) >= n_devices:
         kind, physical, configs = "gpu", None, None

@@ -43,12 +43,19 @@ if mode == "lines":
     # The traceback is written at exit, after the last Python line: it must still come through.
     raise RuntimeError("kept 5 at exit")
 elif mode == "tensorflow":
+    import logging
+
+    # Interactive, as in a notebook: there TensorFlow's logger prints INFO lines to stdout.
+    sys.ps1 = ">>> "
     from mgtutor import setup_devices
 
     devices = setup_devices(2, verbose=False)
     import tensorflow as tf
 
-    total = tf.reduce_sum(tf.ones((4,)))  # the runtime really starts
-    print(json.dumps({"devices": list(devices), "total": float(total)}), flush=True)
+    strategy = tf.distribute.MirroredStrategy(list(devices))  # logs "Using MirroredStrategy" at INFO
+    with strategy.scope():
+        total = tf.Variable(tf.reduce_sum(tf.ones((4,))))  # the runtime really starts
+    print(json.dumps({"devices": list(devices), "total": float(total.numpy()),
+                      "tf_level": logging.getLogger("tensorflow").level}), flush=True)  # fmt: skip
 else:
     raise SystemExit(f"unknown mode {mode!r}: pass 'lines' or 'tensorflow'")
