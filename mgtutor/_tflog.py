@@ -37,6 +37,7 @@ TF_NOISE = re.compile(
 )
 # A partial line is held this long for the rest of it before being passed on as it is.
 _PARTIAL_LINE_SECONDS = 0.2
+_MAX_LINE_BYTES = 65536
 # At exit, how long to wait for the last lines to be passed on.
 _DRAIN_SECONDS = 2.0
 
@@ -80,6 +81,9 @@ class _StderrFilter:
                     return
                 *lines, pending = (pending + chunk).split(b"\n")
                 self._forward(self._keep(lines))
+                if len(pending) > _MAX_LINE_BYTES:  # no log line is this long: pass it on unchecked
+                    self._forward(pending)
+                    pending = b""
         except Exception:  # never leave writers blocked on a full pipe: pass the rest on unfiltered
             self._forward(pending)
             while chunk := os.read(self.read_end, 65536):
@@ -91,7 +95,8 @@ class _StderrFilter:
             sys.stderr.flush()
         except (AttributeError, OSError, ValueError):
             pass
-        os.dup2(self.original, self.fd)  # closes the pipe's write end this process held
+        if os.path.sameopenfile(self.fd, self.read_end):  # (pytest's capture may have replaced it)
+            os.dup2(self.original, self.fd)  # closes the pipe's write end this process held
         # Children forked meanwhile may hold the write end open too: don't wait on them forever.
         self.thread.join(_DRAIN_SECONDS)
         if not self.thread.is_alive():

@@ -36,10 +36,12 @@ from mgtutor.saving import atomic_write
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
 PROGRESS_LINE_SECONDS = 2.0
-# Each kernel: no start-up warnings ("Kernel is running over TCP without encryption") on the
-# runner's terminal, and TensorFlow quieted before the notebook's first cell imports it.
+# Each kernel: none of its own log lines on the runner's terminal ("Kernel is running over TCP
+# without encryption" at start; at times "KeyboardInterrupt caught in kernel" at the end, as
+# jupyter_client interrupts every kernel it shuts down), and TensorFlow quieted before the
+# notebook's first cell imports it. A notebook's failures still reach the report through papermill.
 KERNEL_ARGUMENTS = (
-    "--IPKernelApp.log_level=ERROR",
+    "--IPKernelApp.log_level=CRITICAL",
     "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
 )
 # A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
