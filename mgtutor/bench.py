@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from mgtutor._checks import check_whole, is_whole
+from mgtutor._tflog import TF_NOISE
 
 PIPELINES = ("synthetic", "in_memory", "flow", "tf.data", "layers")
 PIPELINE_DESCRIPTIONS = {
@@ -73,12 +74,6 @@ DEFAULT_TIMEOUT_S = 1800.0
 RESULTS_FILE = "scaling.json"
 PLOT_FILE = "scaling.png"
 _RESULT_MARK = "MGTUTOR_BENCH_RESULT "
-# TensorFlow's C++ log lines ("I0000 00:00:17... 1234 file.cc:31] ...") and its start-up banner.
-_TF_NOISE = re.compile(
-    r"^[IWEF]\d{4} \S+\s+\d+ \S+:\d+\]|All log messages before absl::InitializeLog|"
-    r"This TensorFlow binary is optimized|To enable the following instructions|"
-    r"rebuild TensorFlow with the appropriate compiler flags"
-)
 
 
 class BenchmarkError(RuntimeError):
@@ -723,7 +718,7 @@ def _stderr_tail(text: str | bytes | None, limit: int = 3000) -> str:
     """The end of a child's stderr without TensorFlow's C++ log lines."""
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
-    kept = [line for line in (text or "").splitlines() if line.strip() and not _TF_NOISE.search(line)]
+    kept = [line for line in (text or "").splitlines() if line.strip() and not TF_NOISE.match(line)]
     return "\n".join(kept)[-limit:]
 
 

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mgtutor._tflog import TF_NOISE
+
 RESULT_MARK = "MGTUTOR_RESULT "
 DEFAULT_TAIL_LINES = 40
 # Measured: TensorFlow's coordination service catches SIGTERM, and a worker waiting for a
@@ -66,11 +68,6 @@ DEFAULT_TAIL_LINES = 40
 _STOP_SIGNAL = signal.SIGKILL
 _REAP_SECONDS = 5.0
 _POLL_SECONDS = 0.05
-# TensorFlow's start-up chatter, printed before its log level applies.
-_TF_NOISE = re.compile(
-    r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\]"
-    r"|To enable the following instructions: .* rebuild TensorFlow)"
-)
 
 
 class ClusterError(RuntimeError):
@@ -402,7 +399,7 @@ class LocalCluster:
                 self._watch_hit.set()
                 if self._watch[0] < len(self._procs):  # (else the wait loop kills it once started)
                     self.kill(self._watch[0])  # at once: a few ms later the job may be past the point
-            if self.stream and not (self.quiet_tf and _TF_NOISE.match(line)):
+            if self.stream and not (self.quiet_tf and TF_NOISE.match(line)):
                 with self._print_lock:
                     print(f"[worker {index}] {line}", flush=True)
             self._event.set()

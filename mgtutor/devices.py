@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mgtutor._tflog import quiet_python_logs, quiet_tensorflow
+
 DEFAULT_GPU_MEMORY_LIMIT_MB = 2048
 
 
@@ -53,7 +55,8 @@ def setup_devices(
     N real GPUs when there are that many; else the first GPU split into N logical
     GPUs of `gpu_memory_limit_mb` each; else the CPU split into N logical CPUs.
     Calling it again with the same N is harmless; a different N after TensorFlow
-    has started raises `DeviceSetupError` (restart the kernel).
+    has started raises `DeviceSetupError` (restart the kernel). It also keeps
+    TensorFlow's log chatter out of the notebook (`mgtutor._tflog.quiet_tensorflow`).
     """
     n_devices = _check_count(n_devices)
     if isinstance(gpu_memory_limit_mb, bool) or not isinstance(gpu_memory_limit_mb, int) or (
@@ -62,8 +65,11 @@ def setup_devices(
         raise ValueError(
             f"gpu_memory_limit_mb must be a whole number of MB >= 64, got {gpu_memory_limit_mb!r}."
         )
+    # Before TensorFlow's import: its C++ start-up lines come with the import and the device scan.
+    quiet_tensorflow()
     import tensorflow as tf
 
+    quiet_python_logs()  # again: TensorFlow's logger is set up now
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) >= n_devices:
         kind, physical, configs = "gpu", None, None

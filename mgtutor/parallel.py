@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgtutor._checks import is_whole
+from mgtutor._tflog import quiet_python_logs
 
 _SIMULATE_HINT = (
     "To simulate {n} devices on this machine, put `mgtutor.setup_devices({n})` at the top of "
@@ -358,8 +359,8 @@ def mirrored_strategy(devices: Any = None, *, cross_device_ops: Any = None) -> t
     if cross_device_ops is None:
         cross_device_ops = _default_cross_device_ops(names)
     # TF logs an INFO line per all-reduce set-up ("Reduce to ... then broadcast"), dozens per
-    # fit on CPUs: noise that buries a notebook's output. Warnings and errors still show.
-    tf.get_logger().setLevel("WARNING")
+    # fit on CPUs: noise that buries a notebook's output. Errors still show.
+    quiet_python_logs()
     strategy = tf.distribute.MirroredStrategy(devices=list(names), cross_device_ops=cross_device_ops)
     _strategy_devices = names
     return strategy

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgtutor.cluster import _TF_NOISE
+from mgtutor._tflog import TF_NOISE
 
 RESULT_MARK = "MGTUTOR_RESULT "
 TAIL_LINES = 60
@@ -117,7 +117,7 @@ def run_script(
             result = parse_result(line)
             if result is not None:
                 found.append(result)
-            elif not _TF_NOISE.match(line):
+            elif not TF_NOISE.match(line):
                 tail.append(line)
                 if stream:
                     print(line, flush=True)

@@ -1,9 +1,10 @@
 """Record named values from a notebook so that tests and the run report can read them back.
 
-`record("test_accuracy", 0.61)` shows the value in the notebook and stores it in
-the cell's output under a private MIME type, so the executed `.ipynb` itself
-carries its metrics (the idea of scrapbook's `glue`, without the dependency).
-`read_records(path)` collects them from an executed notebook.
+`record("test_accuracy", 0.61)` stores the value in the cell's output under a
+private MIME type, so the executed `.ipynb` itself carries its metrics (the
+idea of scrapbook's `glue`, without the dependency). The output's visible part
+is empty: JupyterLab, the HTML pages and papermill show only what the lesson
+prints. `read_records(path)` collects the values from an executed notebook.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from mgtutor._session import in_jupyter
 
 MIME_TYPE = "application/vnd.mgtutor.record+json"
 
@@ -34,21 +37,21 @@ def _jsonable(value: Any) -> Any:
     )
 
 
-def record(name: str, value: Any) -> Any:
-    """Show `name = value` in the notebook and keep it in the output for later reading."""
+def record(name: str, value: Any) -> None:
+    """Keep `value` under `name` in the notebook's output, invisibly, for `read_records`.
+
+    Returns None, so a cell ending in ``record(...)`` shows no ``Out[]``. Outside a
+    Jupyter kernel there is no output to keep it in: the name and value are
+    checked, and nothing is shown or stored.
+    """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"record name must be an identifier such as 'test_accuracy', got {name!r}.")
     stored = _jsonable(value)
-    try:
+    if in_jupyter():
         from IPython.display import display
 
-        display(
-            {MIME_TYPE: {name: stored}, "text/plain": f"recorded {name} = {stored!r}"},
-            raw=True,
-        )
-    except ImportError:  # plain Python, no notebook: printing is the record
-        print(f"recorded {name} = {stored!r}")
-    return value
+        # Frontends draw the text/plain fallback of a MIME type they don't know: empty, it draws nothing.
+        display({MIME_TYPE: {name: stored}, "text/plain": ""}, raw=True)
 
 
 def read_records(notebook: str | Path) -> dict[str, Any]:

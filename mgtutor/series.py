@@ -30,12 +30,20 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from mgtutor.records import read_records
+from mgtutor.records import MIME_TYPE, read_records
 from mgtutor.saving import atomic_write
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
 PROGRESS_LINE_SECONDS = 2.0
+# Each kernel: none of its own log lines on the runner's terminal ("Kernel is running over TCP
+# without encryption" at start; at times "KeyboardInterrupt caught in kernel" at the end, as
+# jupyter_client interrupts every kernel it shuts down), and TensorFlow quieted before the
+# notebook's first cell imports it. A notebook's failures still reach the report through papermill.
+KERNEL_ARGUMENTS = (
+    "--IPKernelApp.log_level=CRITICAL",
+    "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
+)
 # A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
 MAX_METRIC_CHARS = 160
 
@@ -106,11 +114,24 @@ def validate_overrides(overrides: dict[str, Any], notebooks: Sequence[Path]) -> 
     return _check_overrides(overrides, {nb: notebook_parameters(nb) for nb in notebooks})
 
 
+def _without_records(nb: Any) -> Any:
+    """`nb` without `record` outputs: nothing to see, but each would leave an empty box in the page."""
+    for cell in nb.cells:
+        if "outputs" in cell:
+            cell.outputs = [
+                out for out in cell.outputs
+                if not (MIME_TYPE in out.get("data", {}) and not "".join(out["data"].get("text/plain", "")))
+            ]  # fmt: skip
+    return nb
+
+
 def render_html(executed: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Render an executed notebook to one HTML file (plots embedded), written atomically."""
+    import nbformat
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter(embed_images=True).from_filename(str(executed))
+    nb = _without_records(nbformat.read(executed, as_version=4))
+    body, _ = HTMLExporter(embed_images=True).from_notebook_node(nb)
     target = Path(target)
     with atomic_write(target, ".html") as temp:
         temp.write_text(body, encoding="utf-8")
@@ -258,7 +279,7 @@ def _execute(
     try:
         papermill.execute_notebook(
             str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
-            cwd=str(run_dir), progress_bar=_progress_bar(),
+            cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
         )  # fmt: skip
     except papermill.PapermillExecutionError as err:
         return {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from mgtutor import records
 from mgtutor.records import MIME_TYPE, _jsonable, read_records, record
 
 
@@ -19,11 +20,27 @@ def test_values_become_plain_json():
         _jsonable(object())
 
 
-def test_record_returns_its_value_and_prints_outside_notebooks(capsys):
-    assert record("accuracy", 0.25) == 0.25
-    assert "accuracy = 0.25" in capsys.readouterr().out
+def test_record_returns_none_and_is_silent_outside_notebooks(capsys):
+    assert record("accuracy", 0.25) is None  # a cell ending in record(...) echoes no Out[]
+    assert capsys.readouterr() == ("", "")
     with pytest.raises(ValueError, match="record name must be an identifier"):
         record("not valid", 1)
+    with pytest.raises(TypeError, match="record\\(\\) stores JSON values"):
+        record("thing", object())  # checked even where nothing is kept
+
+
+def test_in_a_notebook_the_record_is_an_output_with_nothing_to_show(tmp_path, monkeypatch, capsys):
+    shown = []
+    monkeypatch.setattr(records, "in_jupyter", lambda: True)
+    monkeypatch.setattr("IPython.display.display", lambda bundle, raw: shown.append((bundle, raw)))
+    assert record("accuracy", np.float64(0.25)) is None
+    assert shown == [({MIME_TYPE: {"accuracy": 0.25}, "text/plain": ""}, True)]
+    assert capsys.readouterr() == ("", "")
+
+    notebook = tmp_path / "run.ipynb"
+    output = {"output_type": "display_data", "data": shown[0][0], "metadata": {}}
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "outputs": [output]}]}))
+    assert read_records(notebook) == {"accuracy": 0.25}
 
 
 def test_read_records_collects_every_cell_later_wins(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from mgtutor import series
+from mgtutor.records import MIME_TYPE
 from tests.conftest import ROOT
 
 # A 1x1 PNG: the HTML rendering must embed images (the series' plots) in the page itself.
@@ -40,8 +41,12 @@ def tiny_series(tmp_path):
               f"display(Image(data=base64.b64decode('{TINY_PNG}')))\n"
               "record('epochs_seen', EPOCHS * 2)\nrecord('accuracy', 2 / 3)\n"
               "record('history', list(range(1000)))")  # fmt: skip
+    # TensorFlow's C++ logging writes to fd 2 from its first import: the kernel filters it from the start.
     _notebook(folder / "01_second.ipynb", "EPOCHS = 3\nNAME = 'x'",
-              "from mgtutor import record\nrecord('name_seen', NAME)")  # fmt: skip
+              "import os, time\nfrom mgtutor import record\nrecord('name_seen', NAME)\n"
+              "os.write(2, b'I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on.\\n')\n"
+              "os.write(2, b'kept on stderr\\n')\ntime.sleep(0.5)  # time to reach the notebook\n"
+              "print('the lesson')")  # fmt: skip
     return folder
 
 
@@ -79,8 +84,10 @@ def _index(run_dir: Path) -> _Table:
     return table
 
 
-def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capsys, monkeypatch):
+def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(series, "PROGRESS_LINE_SECONDS", 0)  # a progress line for every cell
+    # Under pytest ipykernel leaves fd 2 alone (its output would reach no notebook): run as `make run` does.
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
     name = "<y & 'z'>"
     run_dir = series.run_series(tiny_series, tmp_path / "runs", {"EPOCHS": 5, "NAME": name})
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -92,10 +99,20 @@ def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capsys,
     }  # fmt: skip
     assert all(e["status"] == "ok" and e["seconds"] > 0 for e in entries)
     assert (run_dir / "01_second.ipynb").exists()
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()  # the kernels' own stderr too: they write to this process's fd 2
     assert "[1/2] 00_first.ipynb" in out and "[2/2] 01_second.ipynb" in out
     # Not a terminal here: papermill's per-cell progress arrives as plain lines (3 cells per notebook).
     assert re.search(r"^    3/3 cells done, \d\d:\d\d in this notebook$", out, re.MULTILINE), out
+    # Only the runner's lines: no "Kernel is running over TCP without encryption" per kernel.
+    own = re.compile(
+        r"\[\d/2\] 0\d_\w+\.ipynb.*|    (\d/3 cells done,|done in) .*|All 2 notebooks ran in .*|Report: .*"
+    )
+    assert [line for line in out.splitlines() if not own.fullmatch(line)] == []
+    assert "Kernel is running over TCP" not in err and "oneDNN" not in err, err
+    # In the notebook: what the lesson printed, the stderr line that is not TensorFlow's, no log line.
+    body = nbformat.read(run_dir / "01_second.ipynb", as_version=4).cells[-1]
+    streams = [(out.name, out.text) for out in body.outputs if out.output_type == "stream"]
+    assert streams == [("stderr", "kept on stderr\n"), ("stdout", "the lesson\n")]
 
     page = (run_dir / "index.html").read_text(encoding="utf-8")
     table = _index(run_dir)
@@ -116,7 +133,12 @@ def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capsys,
         assert (run_dir / link).is_file(), link
     assert {"00_first.html", "00_first.ipynb", "01_second.html", "summary.json"} <= set(table.links)
     rendered = (run_dir / "00_first.html").read_text(encoding="utf-8")
-    assert f"data:image/png;base64,{TINY_PNG}" in rendered and "recorded epochs_seen = 10" in rendered
+    assert f"data:image/png;base64,{TINY_PNG}" in rendered
+    # Records are kept in the notebook with nothing to show, and left out of the page.
+    executed = nbformat.read(run_dir / "00_first.ipynb", as_version=4)
+    kept = [out for out in executed.cells[-1].outputs if MIME_TYPE in out.get("data", {})]
+    assert [out.data["text/plain"] for out in kept] == ["", "", ""]
+    assert "<pre></pre>" not in rendered and "recorded epochs_seen" not in rendered
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,176 @@
+"""Keep TensorFlow's log chatter out of notebook outputs, so they show only what the lesson prints.
+
+Two kinds of chatter reach a notebook. TensorFlow's C++ code writes log lines
+("I0000 00:00:17... port.cc:153] oneDNN custom operations are on", the absl
+banner, "failed call to cuInit") straight to file descriptor 2, so neither
+Python's ``sys.stderr`` nor ``TF_CPP_MIN_LOG_LEVEL`` (ignored by the lines
+printed before absl's logging starts) stops them: `quiet_native_stderr` puts a
+pipe on fd 2 and a thread forwards every line but those matching `TF_NOISE`.
+Its Python loggers print "INFO:tensorflow:Using MirroredStrategy ..." and
+tf.function retracing warnings: `quiet_python_logs` raises their levels.
+`quiet_tensorflow` does both; `setup_devices` calls it before TensorFlow starts.
+Set ``MGTUTOR_SHOW_TF_LOGS=1`` to see everything again (e.g. when a kernel dies).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import select
+import sys
+import threading
+
+SHOW_ENV = "MGTUTOR_SHOW_TF_LOGS"
+# One log line of TensorFlow's C++ side (and absl's own banner). Fatal ("F...") lines are
+# kept: they explain a crash. Match whole lines with `TF_NOISE.match(line)`.
+TF_NOISE = re.compile(
+    r"\s*(?:"
+    r"[IWE]\d{4} \S+\s+\d+ \S+:\d+\]"  # absl: "I0000 00:00:1795.08 5446 port.cc:153] ..."
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\]"  # TF < 2.17: "2024-01-01 12:00:00.1: W ..."
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|This TensorFlow binary is optimized to use available CPU instructions"
+    r"|To enable the following instructions: .*rebuild TensorFlow"
+    r"|.*Unable to register (?:cuDNN|cuFFT|cuBLAS) factory"
+    r")"
+)
+# A partial line is held this long for the rest of it before being passed on as it is.
+_PARTIAL_LINE_SECONDS = 0.2
+_MAX_LINE_BYTES = 65536
+# At exit, how long to wait for the last lines to be passed on.
+_DRAIN_SECONDS = 2.0
+
+
+class _StderrFilter:
+    """fd 2 -> pipe -> a reader thread that writes the lines not matching `pattern` to the old fd 2."""
+
+    def __init__(self, pattern: re.Pattern[str], fd: int = 2) -> None:
+        self.pattern, self.fd = pattern, fd
+        self.original = os.dup(fd)  # where kept lines go
+        self.read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)  # C++ writes to fd 2 by number: it now feeds the pipe
+        os.close(write_end)
+        self.thread = threading.Thread(target=self._pump, name="mgtutor-stderr-filter", daemon=True)
+        self.thread.start()
+
+    def _forward(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self.original, data) :]
+            except OSError:  # the real stderr is gone: nothing left to show lines on
+                return
+
+    def _keep(self, lines: list[bytes]) -> bytes:
+        return b"".join(
+            line + b"\n" for line in lines if not self.pattern.match(line.decode("utf-8", "replace"))
+        )
+
+    def _pump(self) -> None:
+        pending = b""
+        try:
+            while True:
+                # A prompt without a newline must not wait forever for the rest of its line.
+                if pending and not select.select([self.read_end], [], [], _PARTIAL_LINE_SECONDS)[0]:
+                    self._forward(pending)
+                    pending = b""
+                    continue
+                chunk = os.read(self.read_end, 65536)
+                if not chunk:  # every write end is closed: the process is finishing
+                    self._forward(pending)
+                    return
+                *lines, pending = (pending + chunk).split(b"\n")
+                self._forward(self._keep(lines))
+                if len(pending) > _MAX_LINE_BYTES:  # no log line is this long: pass it on unchecked
+                    self._forward(pending)
+                    pending = b""
+        except Exception:  # never leave writers blocked on a full pipe: pass the rest on unfiltered
+            self._forward(pending)
+            while chunk := os.read(self.read_end, 65536):
+                self._forward(chunk)
+
+    def close(self) -> None:
+        """Give fd 2 back and pass on what is still in the pipe."""
+        try:
+            sys.stderr.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+        if os.path.sameopenfile(self.fd, self.read_end):  # (pytest's capture may have replaced it)
+            os.dup2(self.original, self.fd)  # closes the pipe's write end this process held
+        # Children forked meanwhile may hold the write end open too: don't wait on them forever.
+        self.thread.join(_DRAIN_SECONDS)
+        if not self.thread.is_alive():
+            os.close(self.read_end)
+            os.close(self.original)
+
+
+_filter: _StderrFilter | None = None
+_lock = threading.Lock()
+
+
+def _shown() -> bool:
+    return os.environ.get(SHOW_ENV, "").strip() not in ("", "0")
+
+
+def quiet_native_stderr() -> bool:
+    """Drop TensorFlow's C++ log lines (`TF_NOISE`) from this process's fd 2; other lines pass.
+
+    Idempotent; lasts until `restore_native_stderr` or exit (where the last lines
+    are still passed on). Returns whether the filter is on: False on Windows, with
+    no fd 2, or with ``MGTUTOR_SHOW_TF_LOGS=1``. A hard crash may lose the lines
+    written just before it: rerun with ``MGTUTOR_SHOW_TF_LOGS=1`` to see them.
+    """
+    global _filter
+    with _lock:
+        if _filter is not None:
+            return True
+        if sys.platform == "win32" or _shown():
+            return False
+        try:
+            _filter = _StderrFilter(TF_NOISE)
+        except OSError:  # no fd 2 to filter (a daemon, pythonw)
+            return False
+        atexit.register(restore_native_stderr)
+        return True
+
+
+def restore_native_stderr() -> None:
+    """Undo `quiet_native_stderr`: fd 2 is the original stream again. Harmless when not quieted."""
+    global _filter
+    with _lock:
+        if _filter is None:
+            return
+        _filter, active = None, _filter
+        atexit.unregister(restore_native_stderr)
+        active.close()
+
+
+def quiet_python_logs() -> None:
+    """Raise (never lower) the ``tensorflow`` logger to ERROR and ``absl`` to WARNING.
+
+    That hides "INFO:tensorflow:Using MirroredStrategy ...", the per-fit collective
+    and "Reduce to ..." lines, and tf.function retracing warnings. TensorFlow sets
+    its logger to INFO on first use in a notebook, so this acts again once it is
+    imported (`setup_devices` and `mirrored_strategy` call it then).
+    """
+    if _shown():
+        return
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "get_logger"):
+        tf.get_logger()  # its one-time set-up first, or it would lower the level again later
+    for name, level in (("tensorflow", logging.ERROR), ("absl", logging.WARNING)):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < level:
+            logger.setLevel(level)
+
+
+def quiet_tensorflow() -> None:
+    """Everything above, before TensorFlow starts: C++ log level 2 unless set, loggers, fd-2 filter.
+
+    Returns None so that a notebook cell ending with it shows nothing.
+    """
+    if _shown():
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_python_logs()
+    quiet_native_stderr()

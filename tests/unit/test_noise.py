@@ -1,0 +1,100 @@
+"""tests.notebooks.noise: which output lines of an executed notebook are not the lesson's."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from mgtutor.records import MIME_TYPE
+from tests.notebooks.noise import noise_in
+
+# Keras 3's bar in a saved notebook (verbose=1): frames joined by backspaces and carriage returns.
+KERAS_BAR = (
+    "Epoch 1/3\n\r\x1b[1m1/6\x1b[0m \x1b[32m━━━\x1b[0m\x1b[37m━━━━━━━━━━━━━━━━━\x1b[0m - loss: 0.7887"
+    + "\x08" * 72 + "\r\x1b[1m6/6\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m - loss: 0.7079\n"
+)
+
+
+def _write(tmp_path, *cells) -> str:
+    path = tmp_path / "executed.ipynb"
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# A lesson"), *cells]), path)
+    return str(path)
+
+
+def _cell(*outputs):
+    return new_code_cell("...", outputs=list(outputs))
+
+
+def _stream(text: str, name: str = "stdout"):
+    return new_output("stream", name=name, text=text)
+
+
+def test_a_clean_notebook_has_no_noise(tmp_path):
+    path = _write(
+        tmp_path,
+        _cell(_stream("setup_devices: using the CPU split into 2 logical CPU device(s): /device:CPU:0\n")),
+        _cell(new_output("display_data", data={"text/plain": "epoch 1/3 - 2.4 s - loss 0.69 - accuracy 1"}),
+              new_output("display_data", data={MIME_TYPE: {"accuracy": 0.58}, "text/plain": ""}),
+              new_output("execute_result", data={"text/plain": "0.58"}, execution_count=2)),
+        _cell(_stream("a line the lesson writes to stderr\n", "stderr"), _stream("Warning: CPU only\n")),
+        # A failing cell fails the run by itself; its traceback is not counted again.
+        _cell(new_output("error", ename="UserWarning", evalue="x", traceback=["UserWarning: x"])),
+        _cell(),
+    )  # fmt: skip
+    assert noise_in(path) == []
+
+
+def test_each_kind_of_noise_is_flagged_in_order(tmp_path):
+    tf_lines = (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "I0000 00:00:1795454077.083047    5446 port.cc:153] oneDNN custom operations are on.\n"
+        "E0000 00:00:1795454078.915999    5446 cuda_platform.cc:52] failed call to cuInit: (303)\n"
+    )
+    path = _write(
+        tmp_path,
+        _cell(_stream("setup_devices: using 2 devices\n"), _stream(tf_lines, "stderr")),
+        _cell(_stream("INFO:tensorflow:Using MirroredStrategy with devices ('/cpu:0', '/cpu:1')\n"
+                      "WARNING:tensorflow:5 out of the last 5 calls to <function f> triggered tf.function "
+                      "retracing. Tracing is expensive.\n")),
+        _cell(_stream(KERAS_BAR)),
+        _cell(new_output("display_data", data={MIME_TYPE: {"n": 1}, "text/plain": "recorded n = 1"})),
+        _cell(_stream("/venv/keras/src/trainers/epoch_iterator.py:164: UserWarning: Your input ran out of "
+                      "data; interrupting training.\n  warnings.warn(\n", "stderr"),
+              _stream("/x.py:3: DeprecationWarning: old\n", "stderr")),
+        _cell(_stream("7/8 epochs\r8/8 epochs\n"), _stream("kept\n")),
+    )  # fmt: skip
+    found = noise_in(path)
+    assert found[:5] == [
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1795454077.083047    5446 port.cc:153] oneDNN custom operations are on.",
+        "E0000 00:00:1795454078.915999    5446 cuda_platform.cc:52] failed call to cuInit: (303)",
+        "INFO:tensorflow:Using MirroredStrategy with devices ('/cpu:0', '/cpu:1')",
+        "WARNING:tensorflow:5 out of the last 5 calls to <function f> triggered tf.function retracing. "
+        "Tracing is expensive.",
+    ]
+    # The bar: one line of frames, its escapes shown and its length cut; "Epoch 1/3" is Keras's too
+    # but harmless alone, so only the bar is flagged.
+    bar = found[5]
+    assert bar.startswith("\\r\x1b[1m1/6") and "\\b\\b" in bar and bar.endswith("…") and len(bar) == 200
+    assert found[6:] == [
+        "recorded n = 1",
+        "/venv/keras/src/trainers/epoch_iterator.py:164: UserWarning: Your input ran out of data; "
+        "interrupting training.",
+        "  warnings.warn(",
+        "/x.py:3: DeprecationWarning: old",
+        "7/8 epochs\\r8/8 epochs",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2024-01-09 10:00:00.1: E external/xla/cuda_dnn.cc:9261] Unable to register cuDNN factory",
+        "Epoch 1/3 ━━━━━━━━━━━━━━━━━━━━ 1s 86ms/step - accuracy: 0.5 - loss: 0.69",  # verbose=2 too
+        "Your input ran out of data; interrupting training. Make sure that your dataset can generate",
+        "/venv/tf/util/deprecation.py:588: FutureWarning: soon",
+    ],
+)
+def test_single_lines(tmp_path, line):
+    assert noise_in(_write(tmp_path, _cell(_stream(line + "\n")))) == [line]

@@ -1,0 +1,100 @@
+"""mgtutor._tflog: TensorFlow's C++ log lines never reach a notebook; everything else does."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mgtutor._tflog import TF_NOISE, quiet_python_logs
+from tests.conftest import ROOT
+
+CHILD = ROOT / "tests" / "unit" / "tflog_child.py"
+
+NOISE = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795454077.083047    5446 port.cc:153] oneDNN custom operations are on. You may see",
+    "I0000 00:00:1795454077.083776    5446 cudart_stub.cc:31] Could not find cuda drivers on your machine",
+    "E0000 00:00:1795454078.915999    5446 cuda_platform.cc:52] failed call to cuInit: INTERNAL: (303)",
+    "W0000 00:00:1795454079.292351    5446 dataset.cc:997] Input of GeneratorDatasetOp::Dataset will not",
+    "I0000 00:00:1795454077.124433    5446 cpu_feature_guard.cc:227] This TensorFlow binary is optimized",
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the",
+    "2024-01-09 10:00:00.123456: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable "
+    "to register cuDNN factory: Attempting to register factory for plugin cuDNN when one has already",
+    "E0000 00:00:1713.1 1 cuda_blas.cc:1418] Unable to register cuBLAS factory: Attempting to register",
+    "This TensorFlow binary is optimized to use available CPU instructions in performance-critical ops.",
+]
+KEPT = [
+    "setup_devices: using the CPU split into 2 logical CPU device(s)",
+    "F0000 00:00:1795454079.1 5446 collective_ops.cc:1] Check failed: a fatal line explains a crash",
+    "Traceback (most recent call last):",
+    "RuntimeError: I0000 is not a log line here",
+    "epoch 1/3 - 0.4 s - loss 0.69",
+]
+
+
+@pytest.mark.parametrize("line", NOISE)
+def test_tf_noise_matches_tensorflow_log_lines(line):
+    assert TF_NOISE.match(line)
+
+
+@pytest.mark.parametrize("line", KEPT)
+def test_tf_noise_leaves_other_lines(line):
+    assert not TF_NOISE.match(line)
+
+
+def _child(mode: str, **env: str) -> subprocess.CompletedProcess:
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "MGTUTOR_SHOW_TF_LOGS")  # as in a student's shell
+    child_env = {k: v for k, v in os.environ.items() if k not in unset}
+    return subprocess.run([sys.executable, str(CHILD), mode], capture_output=True, text=True, timeout=240,
+                          cwd=ROOT, env={**child_env, "PYTHONPATH": str(ROOT), **env})  # fmt: skip
+
+
+def test_only_tensorflow_lines_are_dropped_from_fd_2():
+    done = _child("lines")
+    assert done.returncode == 1  # the RuntimeError at exit
+    assert json.loads(done.stdout.splitlines()[-1]) == {"again": True, "level": "2"}
+    lines = done.stderr.splitlines()
+    assert lines[:6] == [
+        "kept 1",
+        "kept 2 without its newline, then the rest",
+        "kept 3 from Python's sys.stderr",
+        "kept 4 from a child",
+        "I0000 00:00:1.0 1 restored.cc:1] shown once restored",
+        "Traceback (most recent call last):",
+    ], done.stderr
+    assert lines[-1] == "RuntimeError: kept 5 at exit"
+    assert not [line for line in lines if TF_NOISE.match(line) and "restored" not in line]
+
+
+def test_show_tf_logs_turns_the_filter_off():
+    done = _child("lines", MGTUTOR_SHOW_TF_LOGS="1")
+    assert json.loads(done.stdout.splitlines()[-1]) == {"again": False, "level": None}
+    assert done.stderr.count("failed call to cuInit") == 3  # before the restore, from the child, at the end
+
+
+def test_setup_devices_starts_tensorflow_without_a_log_line_even_where_tf_logs_info():
+    done = _child("tensorflow")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {  # the only line: no "INFO:tensorflow:Using MirroredStrategy"
+        "devices": ["/device:CPU:0", "/device:CPU:1"], "total": 4.0, "tf_level": logging.ERROR,
+    }  # fmt: skip
+    assert done.stderr == ""
+
+
+def test_python_loggers_are_raised_never_lowered():
+    tf_logger, absl_logger = logging.getLogger("tensorflow"), logging.getLogger("absl")
+    saved = tf_logger.level, absl_logger.level
+    try:
+        tf_logger.setLevel(logging.INFO)
+        absl_logger.setLevel(logging.CRITICAL)
+        quiet_python_logs()
+        assert tf_logger.level == logging.ERROR  # hides INFO:tensorflow and retracing warnings
+        assert absl_logger.level == logging.CRITICAL  # the user's stricter choice stands
+    finally:
+        tf_logger.setLevel(saved[0])
+        absl_logger.setLevel(saved[1])
