@@ -8,6 +8,7 @@ set-up must come before TensorFlow's runtime starts.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -120,6 +121,12 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'mgtutor' has no attribute {name!r}")
+    if "tensorflow" not in sys.modules:
+        # Most names import Keras, and with it TensorFlow's start-up lines on stderr: quiet them
+        # first (MGTUTOR_SHOW_TF_LOGS=1 keeps them), so a notebook's import cell prints nothing.
+        from mgtutor._tflog import quiet_tensorflow
+
+        quiet_tensorflow()
     value = getattr(importlib.import_module(f"mgtutor.{module}"), name)
     globals()[name] = value
     return value

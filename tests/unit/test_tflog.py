@@ -86,6 +86,13 @@ def test_setup_devices_starts_tensorflow_without_a_log_line_even_where_tf_logs_i
     assert done.stderr == ""
 
 
+def test_importing_a_keras_name_from_mgtutor_first_is_quiet_too():
+    done = _child("keras-first")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["devices"] == 2
+    assert done.stderr == ""  # without the filter: 8 start-up lines (absl, oneDNN, cuInit, ...)
+
+
 def test_python_loggers_are_raised_never_lowered():
     tf_logger, absl_logger = logging.getLogger("tensorflow"), logging.getLogger("absl")
     saved = tf_logger.level, absl_logger.level

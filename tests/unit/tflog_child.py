@@ -2,6 +2,7 @@
 
     python tests/unit/tflog_child.py lines        # TF-like and plain lines written with os.write
     python tests/unit/tflog_child.py tensorflow   # the real thing: setup_devices(2) starts TensorFlow
+    python tests/unit/tflog_child.py keras-first  # `from mgtutor import <a Keras name>` before setup_devices
 
 It prints what it found out as one JSON line on stdout; the test reads its stderr.
 """
@@ -57,5 +58,13 @@ elif mode == "tensorflow":
         total = tf.Variable(tf.reduce_sum(tf.ones((4,))))  # the runtime really starts
     print(json.dumps({"devices": list(devices), "total": float(total.numpy()),
                       "tf_level": logging.getLogger("tensorflow").level}), flush=True)  # fmt: skip
+elif mode == "keras-first":
+    # A notebook's import cell: names that import Keras, before setup_devices.
+    from mgtutor import ProgressBar, build_seed_cnn, setup_devices
+
+    devices = setup_devices(2, verbose=False)
+    model = build_seed_cnn((12, 12, 3), 3, seed=0)
+    print(json.dumps({"devices": len(devices), "params": model.count_params(),
+                      "bar": ProgressBar.__name__}), flush=True)  # fmt: skip
 else:
-    raise SystemExit(f"unknown mode {mode!r}: pass 'lines' or 'tensorflow'")
+    raise SystemExit(f"unknown mode {mode!r}: pass 'lines', 'tensorflow' or 'keras-first'")
