@@ -201,13 +201,44 @@ out["towers_spread"] = replica_copy_spread(towers)
 mark("towers")
 
 # Last: resumable_fit turns op determinism on for the whole process.
-with strategy.scope():
-    resumed = tiny()
-    compile_sgd(resumed)
-resumable_fit(resumed, x_small, y, checkpoint_dir=folder / "resume", epochs=1, batch_size=BATCH,
-              save_every_steps=1, verbose=0)  # fmt: skip
-out["resume_spread"] = replica_copy_spread(resumed)
+class Killed(Exception):
+    pass
+
+
+class Interrupt(keras.callbacks.Callback):
+    """Stands in for a kill in epoch 2, after the state of its 2nd batch was saved."""
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.model.optimizer.iterations.numpy() == 6:  # 4 batches per epoch
+            raise Killed
+
+
+def resumable(checkpoints: str, interrupt: bool = False):
+    with strategy.scope():
+        model = tiny()
+        compile_sgd(model)
+    resumable_fit(model, x_small, y, checkpoint_dir=folder / checkpoints, epochs=2, batch_size=BATCH,
+                  save_every_steps=1, verbose=0, callbacks=[Interrupt()] if interrupt else [])  # fmt: skip
+    return model
+
+
+uninterrupted = resumable("resume")
+out["resume_spread"] = replica_copy_spread(uninterrupted)
 out["resume_files"] = sorted(p.name for p in (folder / "resume").iterdir())
+try:
+    resumable("killed", interrupt=True)
+except Killed:
+    out["interrupted_at"] = mgtutor.resume_point(folder / "killed")
+resumed = resumable("killed")
+
+
+def every_copy(model) -> list[np.ndarray]:
+    """Each replica's copy of each variable: get_weights() shows replica 0's only."""
+    return [np.asarray(c.numpy()) for v in model.weights for c in getattr(v.value, "values", [v.value])]
+
+
+pairs = zip(every_copy(resumed), every_copy(uninterrupted), strict=True)
+out["resumed_vs_uninterrupted"] = max(float(np.abs(a - b).max()) for a, b in pairs if a.size)
 
 mark("resumable_fit")
 print(json.dumps(out))
