@@ -223,28 +223,35 @@ def build_lenet(
 # --------------------------------------------------------------------------- MiniGoogLeNet
 
 
-def _conv_module(x, filters: int, kx: int, ky: int, stride: int, padding: str = "same"):
+def _conv_module(x, filters: int, kx: int, ky: int, stride: int, sync: bool, padding: str = "same"):
     from keras import layers
 
     x = layers.Conv2D(filters, (kx, ky), strides=stride, padding=padding)(x)
-    x = layers.BatchNormalization(axis=-1)(x)
+    x = layers.BatchNormalization(axis=-1, synchronized=sync)(x)
     return layers.Activation("relu")(x)
 
 
-def _inception_module(x, num_1x1: int, num_3x3: int):
+def _inception_module(x, num_1x1: int, num_3x3: int, sync: bool):
     from keras import layers
 
-    branch_1x1 = _conv_module(x, num_1x1, 1, 1, 1)
-    branch_3x3 = _conv_module(x, num_3x3, 3, 3, 1)
+    branch_1x1 = _conv_module(x, num_1x1, 1, 1, 1, sync)
+    branch_3x3 = _conv_module(x, num_3x3, 3, 3, 1, sync)
     return layers.concatenate([branch_1x1, branch_3x3], axis=-1)
 
 
-def _downsample_module(x, filters: int):
+def _downsample_module(x, filters: int, sync: bool):
     from keras import layers
 
-    conv = _conv_module(x, filters, 3, 3, 2, padding="valid")
+    conv = _conv_module(x, filters, 3, 3, 2, sync, padding="valid")
     pool = layers.MaxPooling2D((3, 3), strides=(2, 2))(x)
     return layers.concatenate([conv, pool], axis=-1)
+
+
+def _replicas_in_scope() -> int:
+    """Replicas of the strategy whose scope we are in (1 outside any)."""
+    import tensorflow as tf
+
+    return int(tf.distribute.get_strategy().num_replicas_in_sync) if tf.distribute.has_strategy() else 1
 
 
 def build_minigooglenet(
@@ -252,6 +259,8 @@ def build_minigooglenet(
     num_classes: int = 10,
     *,
     seed: int | None = None,
+    synchronized: bool | None = None,
+    dropout: bool = True,
 ) -> keras.Model:
     """MiniGoogLeNet from PyImageSearch's "Multi-GPU training with Keras".
 
@@ -260,31 +269,50 @@ def build_minigooglenet(
     ``AveragePooling2D`` is used; on any other size (down to 7x7 input) a
     ``GlobalAveragePooling2D(keepdims=True)`` takes its place, which on a 7x7
     map computes the same thing, so Dropout and Flatten follow unchanged.
+
+    `synchronized` sets its 19 BatchNormalization layers' flag. None (the
+    default) means True when built inside the scope of a strategy with more
+    than one replica, else False: unsynchronized, each replica keeps its own
+    moving statistics, they drift apart and ``save_model`` refuses the model
+    (see `mgtutor.batchnorm`). Synchronized costs three all-reduces per layer
+    per step and trains like one device with the global batch. The seed's
+    Keras 2 ``multi_gpu_model`` had no such option; a towers model cannot
+    synchronize. ``dropout=False`` leaves out the Dropout layer (no weights),
+    for number-for-number comparisons of one and several devices.
     """
     _check_input_shape(input_shape, MINIGOOGLENET_MIN_SIZE, "build_minigooglenet")
     num_classes = _check_num_classes(num_classes)
     seed = _check_seed(seed)
+    if synchronized is not None and not isinstance(synchronized, bool):
+        raise ValueError(
+            f"synchronized must be True, False or None (automatic: True under a strategy with "
+            f"more than one replica), got {synchronized!r}."
+        )
+    if not isinstance(dropout, bool):
+        raise ValueError(f"dropout must be True or False, got {dropout!r}.")
     import keras
     from keras import layers
 
+    sync = _replicas_in_scope() > 1 if synchronized is None else synchronized
     _apply_seed(seed)
     inputs = keras.Input(shape=tuple(input_shape))
-    x = _conv_module(inputs, 96, 3, 3, 1)
-    x = _inception_module(x, 32, 32)
-    x = _inception_module(x, 32, 48)
-    x = _downsample_module(x, 80)
-    x = _inception_module(x, 112, 48)
-    x = _inception_module(x, 96, 64)
-    x = _inception_module(x, 80, 80)
-    x = _inception_module(x, 48, 96)
-    x = _downsample_module(x, 96)
-    x = _inception_module(x, 176, 160)
-    x = _inception_module(x, 176, 160)
+    x = _conv_module(inputs, 96, 3, 3, 1, sync)
+    x = _inception_module(x, 32, 32, sync)
+    x = _inception_module(x, 32, 48, sync)
+    x = _downsample_module(x, 80, sync)
+    x = _inception_module(x, 112, 48, sync)
+    x = _inception_module(x, 96, 64, sync)
+    x = _inception_module(x, 80, 80, sync)
+    x = _inception_module(x, 48, 96, sync)
+    x = _downsample_module(x, 96, sync)
+    x = _inception_module(x, 176, 160, sync)
+    x = _inception_module(x, 176, 160, sync)
     if tuple(x.shape[1:3]) == (7, 7):
         x = layers.AveragePooling2D((7, 7))(x)
     else:
         x = layers.GlobalAveragePooling2D(keepdims=True)(x)
-    x = layers.Dropout(0.5)(x)
+    if dropout:
+        x = layers.Dropout(0.5)(x)
     x = layers.Flatten()(x)
     x = layers.Dense(num_classes)(x)
     outputs = layers.Activation("softmax")(x)

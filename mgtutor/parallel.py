@@ -195,6 +195,21 @@ class TowersModel(keras.Model):
     ``tf.device``, and concatenates the outputs along the batch axis (on CPU:0
     when `cpu_merge`, as Keras 2 did). Its variables are the template's, so
     training this model trains the template: save the template.
+
+    BatchNormalization, faithful to Keras 2: each tower normalises its own
+    slice with that slice's statistics, and each tower's call updates the one
+    shared moving mean and variance, so a training step applies the moving
+    average once per tower. Here the updates run in tower order (TensorFlow
+    orders writes to one variable as the program issues them); with momentum
+    m and 2 towers, one step gives ``m**2 * old + m*(1-m) * mean_0 + (1-m) *
+    mean_1`` (measured to 3e-8): the statistics follow the data about twice as
+    fast as on one device (effective momentum m**2 per step), and a moving
+    variance averages per-slice variances, which leave out the spread between
+    the slices' means. Keras 2 also added one update per tower call to the
+    training step. There is a single copy of each statistic, so nothing drifts
+    apart and ``synchronized=True`` has nothing to synchronize (towers are not
+    replicas of a strategy). For one device's statistics, use ``MirroredStrategy``
+    with synchronized BatchNormalization.
     """
 
     def __init__(

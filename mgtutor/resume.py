@@ -346,7 +346,19 @@ class _Checkpointer:
                 groups["metric_replicas"] = per_replica
         return groups
 
+    def average(self) -> None:
+        """One set of BatchNormalization statistics on every replica (see `mgtutor.batchnorm`).
+
+        Each replica updates its own copy; the state file and the weights files
+        hold one value per variable. Averaged at every save, an uninterrupted run
+        and a restored one (whose replicas all get the saved value) stay identical.
+        """
+        from mgtutor.batchnorm import average_replica_copies
+
+        average_replica_copies(self.model)
+
     def save(self, epoch: int, step: int) -> None:
+        self.average()
         self.meta.update(epoch=epoch, step=step)
         # Mid-epoch, the metric sums so far belong to the epoch's logs; at its end they are reset.
         _write_state(self.folder, self.meta, self.groups(with_metrics=step > 0))
@@ -368,6 +380,7 @@ class _Checkpointer:
         history = self.meta["history"]
         del history[epoch:]  # an epoch redone after a kill replaces its old entry
         history.append(logs)
+        self.average()
         # The per-epoch and best files first, the state last: if a kill falls in
         # between, the restart redoes the end of this epoch and writes them again.
         save_model(self.model, self.folder / EPOCH_FILE.format(epoch=epoch + 1), verbose=False)
@@ -396,6 +409,9 @@ def _make_callback(checkpointer: _Checkpointer) -> Any:
 
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             checkpointer.batch_end(self._epoch, batch)
+
+        def on_test_begin(self, logs: dict | None = None) -> None:
+            checkpointer.average()  # validation scores the model the epoch's files will hold
 
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             checkpointer.epoch_end(epoch, logs)
@@ -467,7 +483,11 @@ def resumable_fit(
     trained before a restart included (``history.resumed_from`` says where
     this call started). Other keyword arguments go to ``fit``: verbose,
     callbacks, validation_data, validation_batch_size, validation_freq,
-    validation_steps, class_weight. A resume mid-epoch runs ``fit`` twice (the
+    validation_steps, class_weight. On several replicas, BatchNormalization's
+    moving statistics (one copy per replica, each updated from its own slice)
+    are averaged before every save and validation, so the files hold the
+    statistics of all the data and a resumed run stays bit-identical. A resume
+    mid-epoch runs ``fit`` twice (the
     rest of that epoch, then the epochs after it), so `callbacks` see two
     ``on_train_begin``/``on_train_end`` pairs in that process.
     """

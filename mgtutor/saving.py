@@ -1,7 +1,7 @@
 """Save what was trained so that it loads anywhere, and never lose a good file to a crash.
 
 Seed 001 ends with ``model.save('my_model.h5')``. Multi-device training loses
-work three ways, and this module closes each:
+work four ways, and this module closes each:
 
 * saving the parallel wrapper instead of the model: a `TowersModel` names the
   devices it ran on and will not load where they do not exist. `save_model`
@@ -11,7 +11,11 @@ work three ways, and this module closes each:
   4 devices on 1, or one trained on 1 into a ``MirroredStrategy``;
 * a save cut short (kernel killed, disk full) that leaves half a file where a
   good one was: every write goes to a temporary file in the same folder and
-  replaces the target in one ``os.replace``, which is atomic on one file system.
+  replaces the target in one ``os.replace``, which is atomic on one file system;
+* a file that predicts unlike the trained model: under a ``MirroredStrategy``
+  each replica keeps its own BatchNormalization statistics and Keras saves
+  replica 0's; such a model is refused, with the two remedies
+  (`mgtutor.batchnorm`).
 
 `export_for_serving` and `load_served` cover the TensorFlow SavedModel that
 TF Serving and TFLite read. Keras is imported inside the functions: importing
@@ -260,6 +264,29 @@ def template_of(model: Any, *, verbose: bool = False) -> Any:
     return model
 
 
+def check_replica_copies(model: Any) -> None:
+    """Refuse a model whose replicas hold different copies of a variable (BatchNorm statistics).
+
+    Keras saves replica 0's copy only: such a file would predict unlike the
+    model that was trained. Raises before anything is written.
+    """
+    from mgtutor.batchnorm import DRIFT_TOLERANCE, largest_drift
+
+    spread, where = largest_drift(model)
+    if spread > DRIFT_TOLERANCE:
+        raise ValueError(
+            f"model {model.name!r}: the replica copies of its BatchNormalization statistics differ "
+            f"by up to {spread:.3g} (in {where}). Under a MirroredStrategy each replica updates "
+            "its own copy of the moving mean and variance from its own slice of the batch, and "
+            "Keras would save replica 0's copy only, so the file would predict unlike the model "
+            "you trained. Either call mgtutor.average_replica_copies(model) before saving (the "
+            "mgtutor.AverageReplicaCopies() callback does it at each epoch end), or build the "
+            "model with BatchNormalization(synchronized=True) (mgtutor.sync_batchnorm(model) "
+            "switches an existing model before training; build_minigooglenet does it under a "
+            "strategy). Nothing was written."
+        )
+
+
 # --------------------------------------------------------------------------- save / load
 
 
@@ -278,7 +305,9 @@ def save_model(
     ``model.load_weights``. ``.h5``: Keras 2's legacy HDF5, only with
     ``legacy_h5=True``. A `TowersModel` is saved as its template (said so when
     `verbose`); a model built under a ``MirroredStrategy`` saves as a plain
-    one, inside or outside the strategy's scope. Returns the path written.
+    one, inside or outside the strategy's scope. A model whose replicas' copies
+    of its BatchNormalization statistics differ is refused before anything is
+    written (`check_replica_copies`). Returns the path written.
     """
     path = _as_path(path)
     if not isinstance(legacy_h5, bool):
@@ -288,6 +317,7 @@ def save_model(
         raise _save_extension_error(path)
     _check_target(path, overwrite)
     model = template_of(model, verbose=verbose)
+    check_replica_copies(model)
 
     ext = {"keras": KERAS_EXT, "weights": WEIGHTS_EXT}.get(kind, path.suffix)
     with atomic_write(path, ext) as temp:
@@ -409,7 +439,9 @@ def export_for_serving(
 
     The SavedModel holds a ``serve`` function and the weights, no Keras code:
     what TF Serving, TFLite converters and `load_served` read. A `TowersModel`
-    exports its template (serving runs on one device). Returns the folder.
+    exports its template (serving runs on one device). Like `save_model`, it
+    refuses a model whose replicas' BatchNormalization statistics differ.
+    Returns the folder.
     """
     path = _as_path(path)
     if _kind_of(path) != "unknown":
@@ -419,6 +451,7 @@ def export_for_serving(
         )
     _check_target(path, overwrite, folder=True)
     model = template_of(model, verbose=verbose)
+    check_replica_copies(model)
     with atomic_write(path) as temp:
         model.export(str(temp), format="tf_saved_model", verbose=verbose)
     return path

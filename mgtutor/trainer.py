@@ -448,6 +448,15 @@ class Trainer:
     metric names (``"accuracy"`` resolved as ``compile`` does) or metrics,
     rebuilt under the strategy's scope (read them from ``trainer.metrics``).
     In a multi-worker job every worker runs the same script, so the same calls.
+
+    BatchNormalization: each replica (on every worker) updates its own copy of
+    the moving statistics from its own slice of the batch. The trainer sets
+    the copies to their mean at each epoch end (before validation, callbacks
+    and the checkpoint) and before every mid-epoch checkpoint, so there is one
+    set to save and a resumed run matches an uninterrupted one. Training still
+    normalises each replica's slice on its own; to train exactly as one device
+    does with the global batch, build the model with
+    ``BatchNormalization(synchronized=True)`` (`mgtutor.sync_batchnorm`).
     """
 
     def __init__(
@@ -596,6 +605,17 @@ class Trainer:
             return self._results()
 
         return test_step
+
+    def _average_statistics(self) -> None:
+        """Every replica's BatchNormalization statistics set to their mean (`mgtutor.batchnorm`).
+
+        A collective under a multi-worker strategy: every worker reaches it at
+        the same point of the same loop. A no-op on one replica.
+        """
+        if self.num_replicas > 1:
+            from mgtutor.batchnorm import average_replica_copies
+
+            average_replica_copies(self.model)
 
     def _any_worker(self, flag: bool) -> bool:
         """True if `flag` is True on any worker: a stop decided on one worker must stop all of them."""
@@ -861,6 +881,7 @@ class Trainer:
         validation = self._validation(*plan.validation) if plan.validation is not None else None
 
         def save(epoch: int, step: int) -> None:
+            self._average_statistics()  # the checkpoint holds one value per variable
             state.update(epoch=epoch, step=step)
             global_step = epoch * steps + step
             path = checkpointer.save(global_step)
@@ -888,6 +909,8 @@ class Trainer:
                 if self.model.stop_training:
                     break
             epoch_logs = dict(logs)
+            # Before validation and callbacks: they score and save the averaged statistics.
+            self._average_statistics()
             if validation is not None:
                 val_logs = self._evaluate(*validation, callback_list)
                 epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})

@@ -17,7 +17,7 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("--strategy", choices=("multi-worker", "mirrored", "default"), default="multi-worker")
 parser.add_argument("--devices", type=int, default=2)
-parser.add_argument("--model", choices=("tiny", "seed_cnn"), default="tiny")
+parser.add_argument("--model", choices=("tiny", "tiny_bn", "seed_cnn"), default="tiny")
 parser.add_argument("--samples", type=int, default=192)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--epochs", type=int, default=2)
@@ -40,7 +40,7 @@ else:
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-if args.model == "tiny":
+if args.model.startswith("tiny"):
     rng = np.random.default_rng(0)
     x = rng.random((args.samples, 8, 8, 3), dtype=np.float32)
     y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, args.samples)]
@@ -54,10 +54,13 @@ def build() -> keras.Model:
     if args.model == "seed_cnn":
         return mgtutor.build_seed_cnn(seed=0, dropout=False)
     keras.utils.set_random_seed(0)
+    # tiny_bn: each replica's BatchNormalization statistics, which the trainer averages across workers.
+    batch_norm = [keras.layers.BatchNormalization()] if args.model == "tiny_bn" else []
     return keras.Sequential(
         [
             keras.Input((8, 8, 3)),
             keras.layers.Conv2D(4, 3, activation="relu"),
+            *batch_norm,
             keras.layers.Flatten(),
             keras.layers.Dense(4, activation="softmax"),
         ]
