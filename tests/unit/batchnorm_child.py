@@ -1,14 +1,21 @@
-"""The child process of test_batchnorm.py: BatchNormalization on 2 simulated devices.
+"""The child processes of test_batchnorm.py: BatchNormalization on 2, 1 and 4 simulated devices.
 
-    python tests/unit/batchnorm_child.py --folder EMPTY_FOLDER
+    python tests/unit/batchnorm_child.py --folder FOLDER                # 2 devices, FOLDER empty
+    python tests/unit/batchnorm_child.py --folder FOLDER --devices 1    # then this
+    python tests/unit/batchnorm_child.py --folder FOLDER --devices 4    # then this
 
-TensorFlow fixes its devices once per process, so everything that needs a
-MirroredStrategy over 2 devices runs here, in one process: MiniGoogLeNet
-trained one epoch with plain and with synchronized BatchNormalization, the
-averaging, the save refusal, the one-device references (the default strategy,
-which may share a process with one MirroredStrategy), and tiny models through
-the callback, Trainer, resumable_fit and the towers. It prints its
-measurements as one JSON object, the last line of stdout; the parent asserts.
+TensorFlow fixes its devices once per process, so each device count is one
+process. On 2 devices: MiniGoogLeNet trained one epoch with plain and with
+synchronized BatchNormalization, the averaging, the save refusal, the
+one-device references (the default strategy, which may share a process with
+one MirroredStrategy), Trainer with synchronized BatchNormalization, and tiny
+models through the callback, Trainer, resumable_fit and the towers. It leaves
+in FOLDER the averaged model (``averaged.keras``), its live predictions and
+the float64 one-device reference weights. On 1 device: that file reloaded, and
+a model trained and saved here (``one_device.keras``). On 4 devices: the
+synchronized parity against the 2-device run's reference, and both files
+reloaded under a 4-replica MirroredStrategy. Each prints its measurements as
+one JSON object, the last line of stdout; the parent asserts.
 """
 
 from __future__ import annotations
@@ -17,17 +24,20 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--folder", type=Path, required=True, help="an empty folder for the files written")
+parser.add_argument("--folder", type=Path, required=True, help="the folder for the files written and read")
+parser.add_argument("--devices", type=int, choices=(1, 2, 4), default=2, help="run 2 first, then 1, then 4")
 args = parser.parse_args()
 folder: Path = args.folder
+DEVICES: int = args.devices
 
 import mgtutor  # noqa: E402
 
-mgtutor.setup_devices(2, verbose=False)
+mgtutor.setup_devices(DEVICES, verbose=False)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -44,8 +54,8 @@ from mgtutor.saving import export_for_serving, load_model, save_model  # noqa: E
 from mgtutor.trainer import Trainer  # noqa: E402
 
 last = time.perf_counter()
-strategy = parallel.mirrored_strategy()
-out: dict = {"replicas": strategy.num_replicas_in_sync}
+strategy = parallel.mirrored_strategy() if DEVICES > 1 else None
+out: dict = {"replicas": strategy.num_replicas_in_sync if strategy else 1}
 
 # 100 examples in batches of 32: three full batches and one of 4 (2 per replica).
 N, BATCH = 100, 32
@@ -54,6 +64,13 @@ rng = np.random.default_rng(0)
 x = rng.random((N, 32, 32, 3), dtype=np.float32)
 y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, N)]
 x_small = rng.random((N, 8, 8, 3), dtype=np.float32)
+
+# Written by the 2-device run, read by the 1- and 4-device runs (the 1-device run writes the last two).
+AVERAGED = folder / "averaged.keras"
+AVERAGED_PREDICTIONS = folder / "averaged.predictions.npy"  # the live 2-device model's, on x
+REFERENCE = folder / "parity_reference.npz"  # 1 device, synchronized, float64, after the parity epoch
+ONE_DEVICE = folder / "one_device.keras"
+ONE_DEVICE_PREDICTIONS = folder / "one_device.predictions.npy"
 
 
 def scope(distributed: bool):
@@ -64,19 +81,19 @@ def compile_sgd(model) -> None:
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="categorical_crossentropy", jit_compile=False)
 
 
-def minigooglenet(synchronized: bool, distributed: bool, rows: int = N):
-    """One epoch on the first `rows` examples, in order, from seed 0, in the current dtype policy.
+def build_minigooglenet(synchronized: bool):
+    """From seed 0, in the current dtype policy, without Dropout (its masks differ with the device count)."""
+    return mgtutor.build_minigooglenet((32, 32, 3), 10, seed=0, synchronized=synchronized, dropout=False)
 
-    Without Dropout, whose masks differ with the device count.
-    """
+
+def minigooglenet(synchronized: bool, distributed: bool, rows: int = N, callbacks=()):
+    """One epoch on the first `rows` examples, in order."""
     with scope(distributed):
-        model = mgtutor.build_minigooglenet(
-            (32, 32, 3), 10, seed=0, synchronized=synchronized, dropout=False
-        )
+        model = build_minigooglenet(synchronized)
         compile_sgd(model)
     dtype = keras.config.dtype_policy().variable_dtype
     model.fit(x[:rows].astype(dtype), y[:rows].astype(dtype), batch_size=BATCH, epochs=1, shuffle=False,
-              verbose=0)  # fmt: skip
+              verbose=0, callbacks=list(callbacks))  # fmt: skip
     return model
 
 
@@ -105,6 +122,69 @@ def refusal(call) -> str:
     return ""
 
 
+def predictions(model) -> np.ndarray:
+    """On all of x in batches of 32: the last batch of 4 is split over the replicas too."""
+    return model.predict(x, batch_size=BATCH, verbose=0)
+
+
+def largest_difference(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes {a.shape} and {b.shape} differ")
+    return float(np.abs(a - b).max())
+
+
+def replica_copies(model) -> int:
+    """How many copies each variable of `model` has (1: a plain variable)."""
+    counts = {len(getattr(v.value, "values", [v.value])) for v in model.weights}
+    if len(counts) != 1:
+        raise ValueError(f"the variables have different numbers of copies: {sorted(counts)}")
+    return counts.pop()
+
+
+def on_one_device() -> None:
+    """The 2-device file loads here and predicts as the live model did; then a file saved on 1 device."""
+    two = load_model(AVERAGED)
+    out["two_on_one"] = largest_difference(predictions(two), np.load(AVERAGED_PREDICTIONS))
+    out["two_on_one_copies"] = replica_copies(two)
+    mark("load the 2-device file")
+    model = minigooglenet(False, False)  # plain BatchNormalization, 100 examples, batches of 32
+    save_model(model, ONE_DEVICE, verbose=False)
+    np.save(ONE_DEVICE_PREDICTIONS, predictions(model))
+    mark("train and save")
+
+
+def on_four_devices() -> None:
+    """Synchronized: 4 devices train like 1 (float64); both files load under the 4-replica strategy."""
+    keras.config.set_dtype_policy("float64")
+    four = minigooglenet(True, True, PARITY_ROWS)
+    mark("parity fit")
+    one = build_minigooglenet(True)  # the weights the 2-device run's one-device fit ended with
+    with np.load(REFERENCE) as reference:
+        one.set_weights([reference[f"arr_{i}"] for i in range(len(reference.files))])
+    out["parity_four"] = parallel.max_weight_difference(four, one)
+    out["parity_four_outputs"] = parallel.max_output_difference(four, one, x[:PARITY_ROWS], BATCH)
+    out["parity_four_spread"] = replica_copy_spread(four)
+    out["parity_four_copies"] = replica_copies(four)
+    keras.config.set_dtype_policy("float32")
+    mark("parity outputs")
+    files = {"two": (AVERAGED, AVERAGED_PREDICTIONS), "one": (ONE_DEVICE, ONE_DEVICE_PREDICTIONS)}
+    for name, (path, expected) in files.items():
+        model = load_model(path, strategy=strategy)
+        out[f"{name}_on_four"] = largest_difference(predictions(model), np.load(expected))
+        out[f"{name}_on_four_copies"] = replica_copies(model)
+        out[f"{name}_on_four_spread"] = replica_copy_spread(model)
+    # The two files hold differently trained models: the comparisons above tell models apart.
+    two, one = (np.load(expected) for _, expected in files.values())
+    out["two_vs_one_predictions"] = largest_difference(two, one)
+    mark("load both files")
+
+
+if DEVICES != 2:
+    (on_one_device if DEVICES == 1 else on_four_devices)()
+    print(json.dumps(out))
+    sys.exit(0)
+
 # ---- plain BatchNormalization: the copies drift, and saving is refused
 plain = minigooglenet(False, True)
 out["plain_spread"] = replica_copy_spread(plain)
@@ -125,8 +205,10 @@ mark("plain")
 out["average_returned"] = average_replica_copies(plain)
 out["spread_after_average"] = replica_copy_spread(plain)
 out["average_again"] = average_replica_copies(plain)
-saved = save_model(plain, folder / "averaged.keras", verbose=False)
-out["saved_vs_live"] = parallel.max_output_difference(load_model(saved), plain, x, BATCH)
+saved = save_model(plain, AVERAGED, verbose=False)
+live = predictions(plain)
+np.save(AVERAGED_PREDICTIONS, live)  # what the 1- and 4-device runs compare their reloads with
+out["saved_vs_live"] = largest_difference(predictions(load_model(saved)), live)
 mark("averaged")
 
 # ---- synchronized: no drift, and the same training as one device
@@ -137,13 +219,41 @@ mark("synchronized")
 # rounding noise along the directions BatchNormalization cancels (measured: 1 device, plain vs
 # synchronized formulas, 3% of the largest kernel gradient); it swamps what the parity shows.
 keras.config.set_dtype_policy("float64")  # set_floatx alone is ignored once a layer exists
+
+
+class FirstStep(keras.callbacks.Callback):
+    """The weights after the first batch, what Trainer (full batches only) is compared with."""
+
+    weights: list = []
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if batch == 0:
+            self.weights = self.model.get_weights()
+
+
+first_step = FirstStep()
 parity = {}
 for synchronized in (True, False):
-    two, one = (minigooglenet(synchronized, distributed, PARITY_ROWS) for distributed in (True, False))
+    two = minigooglenet(synchronized, True, PARITY_ROWS)
+    one = minigooglenet(synchronized, False, PARITY_ROWS, callbacks=[first_step] if synchronized else [])
     parity[synchronized] = (two, one)
     name = "synced" if synchronized else "plain"
     out[f"parity_{name}"] = parallel.max_weight_difference(two, one)
     out[f"parity_{name}_outputs"] = parallel.max_output_difference(two, one, x[:PARITY_ROWS], BATCH)
+np.savez(REFERENCE, *parity[True][1].get_weights())  # the 4-device run's one-device reference
+mark("parity")
+
+# Trainer's loop under the 2-replica strategy trains synchronized layers as fit does: one step of 32.
+with strategy.scope():
+    synced_trained = build_minigooglenet(True)
+    optimizer = keras.optimizers.SGD(0.05)
+Trainer(synced_trained, optimizer, "categorical_crossentropy", strategy=strategy).fit(
+    x[:BATCH].astype(np.float64), y[:BATCH].astype(np.float64), batch_size=BATCH, epochs=1, shuffle=False,
+    verbose=0,
+)  # fmt: skip
+pairs = zip(synced_trained.get_weights(), first_step.weights, strict=True)
+out["trainer_parity_synced"] = max(largest_difference(a, b) for a, b in pairs if a.size)
+out["trainer_synced_spread"] = replica_copy_spread(synced_trained)
 keras.config.set_dtype_policy("float32")
 one_device = parity[False][1]
 out["one_device_spread"] = replica_copy_spread(one_device)
@@ -154,7 +264,7 @@ out["auto_under_strategy"] = sorted({layer.synchronized for layer in batchnorm_l
 out["auto_one_device"] = sorted(
     {layer.synchronized for layer in batchnorm_layers(mgtutor.build_minigooglenet((32, 32, 3), 10, seed=0))}
 )
-mark("parity")
+mark("trainer synchronized")
 
 # ---- tiny models: fit alone drifts; the callback, Trainer and resumable_fit do not
 with strategy.scope():
