@@ -6,8 +6,8 @@ banner, "failed call to cuInit") straight to file descriptor 2, so neither
 Python's ``sys.stderr`` nor ``TF_CPP_MIN_LOG_LEVEL`` (ignored by the lines
 printed before absl's logging starts) stops them: `quiet_native_stderr` puts a
 pipe on fd 2 and a thread forwards every line but those matching `TF_NOISE`.
-Its Python loggers print "INFO:tensorflow:Using MirroredStrategy ..." and
-tf.function retracing warnings: `quiet_python_logs` raises their levels.
+Its Python logger prints "INFO:tensorflow:Using MirroredStrategy ...":
+`quiet_python_logs` raises it to WARNING, so real warnings still show.
 `quiet_tensorflow` does both; `setup_devices` calls it before TensorFlow starts.
 Set ``MGTUTOR_SHOW_TF_LOGS=1`` to see everything again (e.g. when a kernel dies).
 """
@@ -146,10 +146,11 @@ def restore_native_stderr() -> None:
 
 
 def quiet_python_logs() -> None:
-    """Raise (never lower) the ``tensorflow`` logger to ERROR and ``absl`` to WARNING.
+    """Raise (never lower) the ``tensorflow`` and ``absl`` loggers to WARNING.
 
     That hides "INFO:tensorflow:Using MirroredStrategy ...", the per-fit collective
-    and "Reduce to ..." lines, and tf.function retracing warnings. TensorFlow sets
+    and "Reduce to ..." lines. Warnings still show: a retracing warning is fixed
+    where it comes from, not hidden (the notebook tests fail on one). TensorFlow sets
     its logger to INFO on first use in a notebook, so this acts again once it is
     imported (`setup_devices` and `mirrored_strategy` call it then).
     """
@@ -158,7 +159,7 @@ def quiet_python_logs() -> None:
     tf = sys.modules.get("tensorflow")
     if tf is not None and hasattr(tf, "get_logger"):
         tf.get_logger()  # its one-time set-up first, or it would lower the level again later
-    for name, level in (("tensorflow", logging.ERROR), ("absl", logging.WARNING)):
+    for name, level in (("tensorflow", logging.WARNING), ("absl", logging.WARNING)):
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() < level:
             logger.setLevel(level)

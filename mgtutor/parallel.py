@@ -475,12 +475,28 @@ def max_weight_difference(model_a: keras.Model, model_b: keras.Model) -> float:
     return worst
 
 
+def _predict_eagerly(model: keras.Model, x: Any, batch_size: int) -> list[np.ndarray]:
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        # Live under its strategy: each replica predicts its slice with its own copies (BatchNorm).
+        return keras.tree.flatten(model.predict(x, batch_size=batch_size, verbose=0))
+    batches = [model(x[i : i + batch_size], training=False) for i in range(0, len(x), batch_size)]
+    flat = [keras.tree.flatten(batch) for batch in batches]
+    return [np.concatenate([np.asarray(b[k]) for b in flat]) for k in range(len(flat[0]))]
+
+
 def max_output_difference(
     model_a: keras.Model, model_b: keras.Model, x: Any, batch_size: int | None = None
 ) -> float:
-    """The largest absolute difference between the two models' predictions on `x`."""
-    out_a = keras.tree.flatten(model_a.predict(x, batch_size=batch_size, verbose=0))
-    out_b = keras.tree.flatten(model_b.predict(x, batch_size=batch_size, verbose=0))
+    """The largest absolute difference between the two models' predictions on `x`, batch by batch.
+
+    Calls a model eagerly rather than through ``predict`` (a notebook that compares many
+    models would trace one predict function per model, and TensorFlow warns of
+    "retracing" from the fifth), except a model that lives under a multi-replica
+    strategy: ``predict`` runs it as training does, each replica on its slice.
+    """
+    size = len(x) if batch_size is None else batch_size
+    out_a, out_b = _predict_eagerly(model_a, x, size), _predict_eagerly(model_b, x, size)
     pairs = zip(out_a, out_b, strict=True)
     return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in pairs)
 

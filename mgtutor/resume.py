@@ -420,9 +420,10 @@ def _make_callback(checkpointer: _Checkpointer) -> Any:
 
 
 def _progress_bar(epochs: int) -> Any:
-    import keras
+    from mgtutor.progress import ProgressBar
 
-    class _RunProgbar(keras.callbacks.ProgbarLogger):
+    # One line per epoch, so that a notebook (or a child's output shown in one) keeps no bar redraws.
+    class _RunProgbar(ProgressBar):
         # The rest of an interrupted epoch is a fit of its own, whose `epochs` is that
         # epoch's number: the bar would read "Epoch 2/2" in a 3-epoch run.
         def set_params(self, params: dict) -> None:

@@ -17,7 +17,8 @@ from mgtutor._tflog import TF_NOISE
 NOISE = {
     "TensorFlow C++ log line": TF_NOISE,
     "TensorFlow Python log line": re.compile(r"\s*(INFO|WARNING):tensorflow:"),
-    "Keras progress bar": re.compile(r".*━"),
+    # Not model.summary()'s table, whose borders use the same character.
+    "Keras progress bar": re.compile(r".*(\d+/\d+.*━|━.*/step)"),
     "record() shown as text": re.compile(r"recorded \w+ = "),
     "tf.function retracing warning": re.compile(r".*triggered tf\.function retracing"),
     "Python warning": re.compile(r".*\b[A-Z]\w*Warning: |\s+warnings\.warn\("),

@@ -1,49 +1,60 @@
 """Execute every notebook of the series with tiny parameters and check the values it records.
 
-One kernel per notebook (device set-up is once per process), in a temp folder.
+One kernel per notebook (device set-up is once per process). Every notebook runs
+twice: on the real data (CI: ../shared/data) in a temp folder, and offline with
+no data at all, on the labelled synthetic stand-in. Notebooks 07 and 10, which
+kill and resume training, also run in place (cwd notebooks/, as JupyterLab does)
+twice in a row: the second run must show the same demonstration and leave the
+tree clean. Every executed notebook is scanned for noise the lesson does not print.
 Each notebook has a check function below: a new notebook without one fails
-`test_every_notebook_has_checks`. Notebooks with cells marked
-``# NBVAL_CHECK_OUTPUT`` are also re-run by nbval (``--nbval-lax``), which
-compares those cells' outputs with the papermill run: a determinism check.
+`test_every_notebook_has_checks`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import nbformat
 import papermill
 import pytest
 
 from mgtutor.records import read_records
 from mgtutor.series import find_notebooks, notebook_parameters
 from tests.conftest import ROOT
+from tests.notebooks.noise import noise_in
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
+IN_PLACE = ["07_save_and_restore", "10_multi_worker"]  # their real-data runs: test_runs_again_in_place
+ELSEWHERE = [nb for nb in NOTEBOOKS if nb.stem not in IN_PLACE]
 TINY = {
     "N_DEVICES": 2,
+    "N_WORKERS": 2,
     "EPOCHS": 1,
     "TRAIN_SAMPLES": 256,
     "TEST_SAMPLES": 128,
+    "BATCH_SIZE": 32,
     "BATCH_SIZE_PER_REPLICA": 16,
     "SEED": 0,
 }
 TINY_PER_NOTEBOOK: dict[str, dict] = {
-    # Enough steps that the dropout-heavy seed CNN measurably learns real CIFAR-10.
+    # Enough steps that the seed CNN measurably learns real CIFAR-10.
     "02_build_cnn": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
-    # Three training processes and a loader: keep each one short.
-    "05_save_and_restore": {"RESUME_EPOCHS": 2, "SAVE_EVERY_STEPS": 3},
-    # Two device counts, two pipelines, a few timed steps: the study's shape, not its speed.
-    "06_scaling_study": {"DEVICE_COUNTS": [1, 2], "PIPELINES": ["synthetic", "in_memory"], "BENCH_STEPS": 3},
+    # 1 epoch of 256 = 8 global batches of 32: a few timed steps, and 2 + 1 parity steps.
+    "05_batchnorm_and_replica_state": {"TIMING_STEPS": 4, "PARITY_STEPS": 2},
+    # 200 is not a multiple of the batch (32): the endless stream must still give every epoch its steps.
+    "06_augmented_training": {"TRAIN_SAMPLES": 200, "EPOCHS": 2, "PIPELINE_BATCHES": 3},
+    # Two epochs of 8 steps; killed after the checkpoint at step 4, resumed for the rest.
+    "07_save_and_restore": {"EPOCHS": 2, "SAVE_EVERY_STEPS": 4},
+    # The learning-rate study needs a few dozen steps to leave chance level on real CIFAR-10.
+    "08_scaling_study": {"DEVICE_COUNTS": [1, 2], "BENCH_STEPS": 3, "SWEEP": [16, 32], "STUDY_SAMPLES": 256,
+                         "TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 2},
     # 30 rounds between evaluations (the frequencies' least common multiple) need 60 batches of 16.
-    "07_parameter_averaging": {"TRAIN_SAMPLES": 1024, "EVALS": 2},
+    "09_parameter_averaging": {"TRAIN_SAMPLES": 1024, "EVALS": 2},
     # 8 steps of 2 workers x 16: killed after the checkpoint at step 4, the restart trains the other 4.
-    "08_multi_worker": {"CHECKPOINT_EVERY_STEPS": 4, "KILL_AFTER_STEP": 4},
+    "10_multi_worker": {"CHECKPOINT_EVERY_STEPS": 4, "KILL_AFTER_STEP": 4},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 
@@ -62,52 +73,62 @@ def tiny_parameters(notebook: Path) -> dict:
     return {name: value for name, value in wanted.items() if name in defaults}
 
 
-def execute(notebook: Path, folder: Path, parameters: dict) -> tuple[Path, dict]:
-    executed = folder / notebook.name
+def execute(notebook: Path, output: Path, parameters: dict, cwd: Path) -> dict:
     papermill.execute_notebook(
-        str(notebook), str(executed), parameters=parameters, kernel_name="python3",
-        cwd=str(folder), progress_bar=False,
+        str(notebook), str(output), parameters=parameters, kernel_name="python3", cwd=str(cwd),
+        progress_bar=False,
     )  # fmt: skip
-    return executed, read_records(executed)
+    noise = noise_in(output)
+    assert not noise, f"{notebook.name} printed what the lesson does not:\n" + "\n".join(noise[:20])
+    return read_records(output)
 
 
-def code_of(notebook: Path) -> str:
-    return "\n".join(cell.source for cell in nbformat.read(notebook, as_version=4).cells)
+def check(notebook: Path, records: dict, parameters: dict) -> None:
+    CHECKS[notebook.stem](records, {**notebook_parameters(notebook), **parameters})
 
 
-def nbval(executed: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider", executed.name],
-        cwd=executed.parent, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, f"nbval found differing outputs:\n{result.stdout[-4000:]}"
+def git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("notebook", ELSEWHERE, ids=[nb.stem for nb in ELSEWHERE])
+def test_notebook_on_real_data(notebook, tmp_path):
+    parameters = tiny_parameters(notebook)
+    records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
+    check(notebook, records, parameters)
 
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
-def test_notebook(notebook, tmp_path):
+def test_notebook_offline_with_no_data(notebook, tmp_path, isolated_sources):
     parameters = tiny_parameters(notebook)
-    executed, records = execute(notebook, tmp_path, parameters)
-    CHECKS[notebook.stem](records, {**notebook_parameters(notebook), **parameters})
-    # Every training cell logs for TensorBoard; an empty log folder would go unnoticed by a learner.
-    for log_dir in re.findall(r'TensorBoard\(log_dir="(logs/[\w.-]+)"', code_of(notebook)):
-        events = list((tmp_path / log_dir).rglob("events.out.tfevents.*"))
-        assert events and all(e.stat().st_size > 0 for e in events), f"no TensorBoard events in {log_dir}"
-    if "NBVAL_CHECK_OUTPUT" in notebook.read_text():
-        nbval(executed)
+    records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
+    check(notebook, records, parameters)
+    if notebook.stem != "00_environment":  # the one notebook that loads no data
+        assert records["synthetic"] is True, "no data anywhere: the labelled synthetic stand-in"
+        assert "SYNTHETIC stand-in" in (tmp_path / notebook.name).read_text()
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("stem", IN_PLACE)
+def test_runs_again_in_place(stem, tmp_path):
+    # As a learner does in JupyterLab: cwd notebooks/, run it, then run it again from the top.
+    notebook = ROOT / "notebooks" / f"{stem}.ipynb"
+    before = git_status()
+    parameters = tiny_parameters(notebook)
+    for run in ("first", "second"):
+        records = execute(notebook, tmp_path / f"{run}.ipynb", parameters, cwd=notebook.parent)
+        check(notebook, records, parameters)  # the second run kills and resumes again, from scratch
+    assert git_status() == before, "a notebook run left files git sees"
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "notebooks"], cwd=ROOT, capture_output=True,
+                          text=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
 
 
 def test_every_notebook_has_checks():
     assert sorted(CHECKS) == sorted(nb.stem for nb in NOTEBOOKS)
-
-
-@pytest.mark.notebook
-def test_prepare_data_offline_with_nothing_uses_synthetic(tmp_path, isolated_sources):
-    notebook = ROOT / "notebooks" / "01_prepare_data.ipynb"
-    executed, records = execute(notebook, tmp_path, tiny_parameters(notebook))
-    assert records["synthetic"] is True and records["dataset_name"] == "synthetic"
-    assert records["train_shape"] == [TINY["TRAIN_SAMPLES"], 32, 32, 3]
-    assert "SYNTHETIC stand-in" in executed.read_text()
 
 
 # --------------------------------------------------------------------------- per notebook
@@ -149,6 +170,24 @@ def _(records: dict, p: dict) -> None:
 
 CHANCE = 0.1  # ten balanced classes
 UNIFORM_LOSS = 2.302585  # cross-entropy of guessing 1/10 for every class
+# At tiny parameters a few dozen steps decide the accuracies, so N devices and one device land within
+# this of each other; at classroom defaults the notebooks show the gap and the README gives it.
+TINY_GAP = 0.15
+
+
+def learnt(records: dict, key: str, floor: float = CHANCE + 0.02) -> None:
+    value = records[key]
+    assert 0.0 <= value <= 1.0, f"{key} = {value}"
+    if not records["synthetic"]:
+        assert value > floor, f"{key} = {value:.3f}: at chance level"
+
+
+def near_baseline(records: dict) -> None:
+    # The synthetic stand-in's 128 test images at a few dozen steps swing by a fifth: only real
+    # data makes the gap a claim.
+    if not records["synthetic"]:
+        assert abs(records["accuracy_gap"]) <= TINY_GAP, records["accuracy_gap"]
+    assert 0.0 <= records["baseline_val_accuracy"] <= 1.0
 
 
 @checks("02_build_cnn")
@@ -157,49 +196,79 @@ def _(records: dict, p: dict) -> None:
     assert records["param_bytes"] == records["allocated_bytes"] == 4 * 1_250_858
     losses = records["train_loss"]
     assert len(losses) == p["EPOCHS"] and losses[-1] < losses[0]
-    # Measured at these parameters: test loss 2.20, accuracy 0.17 (seeds 0-2).
-    assert records["test_loss"] < UNIFORM_LOSS - 0.05
-    assert records["test_accuracy"] > CHANCE + 0.02
+    assert records["test_loss"] < UNIFORM_LOSS - 0.05 or records["synthetic"]
+    learnt(records, "test_accuracy")
 
 
-@checks("03_multi_gpu_wrapping")
+@checks("03_data_parallel_step")
 def _(records: dict, p: dict) -> None:
-    assert records["towers_share_weights"] is True
+    n = p["N_DEVICES"]
+    assert records["slice_sizes"] == [p["BATCH_SIZE_PER_REPLICA"]] * n
+    norms = records["replica_gradient_norms"]
+    assert len(norms) == n and len(set(norms)) == n and all(v > 0 for v in norms)  # each replica its own
+    assert records["allreduce_vs_one_device"] < 1e-5  # the by-hand all-reduce IS the one-device gradient
+    assert records["mistake_factor"] == pytest.approx(n, rel=0.01)
+    assert records["update_moved"] > 1e-3
+    assert records["update_by_hand_vs_one_device"] < 1e-6
+    assert records["strategy_loss_vs_one_device"] < 1e-5
+    assert records["strategy_update_vs_one_device"] < 1e-6
+    assert records["replica_copy_spread"] == 0.0
+    assert records["fit_update_vs_one_device"] < 1e-6
+    learnt(records, "mirrored_val_accuracy")
+    near_baseline(records)
+
+
+@checks("04_multi_gpu_wrapping")
+def _(records: dict, p: dict) -> None:
+    assert records["towers_by_hand_difference"] < 1e-6
+    assert records["towers_share_weights"] is True and records["wrapper_vs_by_hand"] < 1e-6
     assert records["template_changed_by_training"] is True
-    # Towers see smaller batches than the template; CPU kernels may then sum in another order.
-    assert records["towers_forward_difference"] < 1e-6
-    assert records["uneven_forward_difference"] < 1e-6
-    assert records["reloaded_difference"] == 0.0
-    # Parity: k steps on N devices equal k steps on one, to float32 rounding,
-    # while the weights themselves moved by orders of magnitude more.
+    learnt(records, "towers_val_accuracy")
+    near_baseline(records)
+    # Parity: k steps on N devices equal k steps on one, to float32 rounding, while the weights moved by
+    # orders of magnitude more.
     assert records["parity_weight_moved"] > 1e-3
     assert records["parity_max_difference"]["towers"] < 1e-5
     assert records["parity_max_difference"]["mirrored"] < 1e-5
-    for key in ("towers_val_accuracy", "mirrored_val_accuracy"):
-        assert 0.0 <= records[key] <= 1.0
+    global_batch = p["BATCH_SIZE_PER_REPLICA"] * p["N_DEVICES"]
+    shares = [2] + [1] * (p["N_DEVICES"] - 1)
+    assert abs(records["uneven_first_share"] - 2 / sum(shares)) <= 1 / global_batch
+    assert records["uneven_forward_difference"] < 1e-6
+    assert records["reloaded_difference"] == 0.0
 
 
-@checks("05_save_and_restore")
+@checks("05_batchnorm_and_replica_state")
 def _(records: dict, p: dict) -> None:
-    assert records["reload_one_device_difference"] == 0.0  # 1 device in a fresh process vs N
-    assert records["served_difference"] <= 1e-6
-    epoch, batch = records["killed_at"]
-    assert 0 <= epoch < p["RESUME_EPOCHS"] and batch > 0  # really killed mid-epoch
-    assert records["resume_weight_difference"] == 0.0
-    curves = records["loss_curves"]
-    assert curves["interrupted"] == curves["uninterrupted"]
-    assert len(curves["uninterrupted"]) == p["RESUME_EPOCHS"]
+    assert records["plain_copy_spread"] > 1e-5  # each replica's own moving statistics drift apart
+    assert records["synced_copy_spread"] == 0.0
+    assert records["plain_saved_vs_live"] > 1e-6 and records["synced_saved_vs_live"] < 1e-6
+    assert records["save_model_refused"] is True
+    parity = records["parity_vs_one_device"]
+    assert parity["synchronized"] < 1e-5 < parity["plain"]
+    assert records["sync_cost_ratio"] > 0
+    assert records["averaged_copy_spread"] == 0.0
+    noise = records["batch_mean_noise"]
+    assert noise["4"] > noise["8"] > noise["16"] > noise["32"] > noise["64"]
+    assert 1.5 < noise["8"] / noise["32"] < 2.6  # 1/sqrt(batch): x2 from 8 to 32 images
+    assert isinstance(records["dropout_masks_identical_across_replicas"], bool)
+    split = records["last_batch_split"]
+    assert sum(split["mirrored"]) == sum(split["towers"])
+    assert max(split["mirrored"]) - min(split["mirrored"]) <= 1  # as even as it gets
 
 
-@checks("04_augmented_training")
+@checks("06_augmented_training")
 def _(records: dict, p: dict) -> None:
     assert records["augmented_batch_shape"] == [8, 32, 32, 3]
     assert records["fraction_changed"] > 0.9  # shifts of up to 3 px change almost every image
+    # The seed's steps_per_epoch = n // batch, every epoch, though n is not a multiple of the batch.
+    batch = p["BATCH_SIZE_PER_REPLICA"] * p["N_DEVICES"]
+    assert p["TRAIN_SAMPLES"] % batch != 0
+    assert records["steps_per_epoch_trained"] == [p["TRAIN_SAMPLES"] // batch] * p["EPOCHS"]
     losses, accuracies = records["train_loss"], records["val_accuracy"]
     assert len(losses) == len(accuracies) == p["EPOCHS"]
     assert all(0 < loss < UNIFORM_LOSS + 0.5 for loss in losses)
-    assert all(0.0 <= accuracy <= 1.0 for accuracy in accuracies)
     assert records["training_images_per_s"] > 0
+    near_baseline(records)
     speeds = records["pipeline_images_per_s"]
     assert set(speeds) == {"generator (flow)", "tf.data", "layers in model"}
     assert all(speed > 0 for speed in speeds.values())
@@ -207,59 +276,79 @@ def _(records: dict, p: dict) -> None:
     assert records["pipeline_headroom"] == pytest.approx({k: v / needed for k, v in speeds.items()})
 
 
-@checks("06_scaling_study")
+@checks("07_save_and_restore")
 def _(records: dict, p: dict) -> None:
-    runs = records["scaling_runs"]
-    assert sorted((r["devices"], r["pipeline"]) for r in runs) == sorted(
-        (n, pipeline) for n in p["DEVICE_COUNTS"] for pipeline in p["PIPELINES"]
-    )
-    for run in runs:
-        assert run["images_per_s"] > 0
-        assert run["global_batch"] == p["BATCH_SIZE_PER_REPLICA"] * run["devices"]
-        assert run["efficiency"] == pytest.approx(run["speedup"] / run["devices"], rel=1e-9)
-        if run["devices"] == 1:
-            assert run["speedup"] == 1.0
-    assert records["scaling_files"] == {"json": True, "plot": True}
-    # Logical CPU devices share the cores: the notebook must not promise a speed-up.
-    assert records["device_kind"] == "logical-cpu" and records["expected_speedup"] == "<= 1"
-    headroom = records["input_headroom"]
-    assert set(headroom) == set(p["PIPELINES"]) - {"synthetic"}
-    assert all(h > 0 for per_count in headroom.values() for h in per_count.values())
-    assert records["projected_4_gpu_speedup"] == pytest.approx(63 / 16)
-    rules = records["lr_rules"]
-    assert len(rules) == 4
-    for result in rules.values():
-        assert 0.0 <= result["val_accuracy"] <= 1.0 and 0 < result["loss"] < UNIFORM_LOSS + 1.0
+    assert records["reload_one_device_difference"] < 1e-6  # 1 device in a fresh process vs N
+    assert records["served_difference"] <= 1e-6
+    epoch, batch = records["killed_at"]
+    assert 0 <= epoch < p["EPOCHS"] and batch > 0  # really killed mid-epoch
+    assert records["resume_weight_difference"] == 0.0
+    curves = records["loss_curves"]
+    assert curves["interrupted"] == curves["uninterrupted"]
+    assert len(curves["uninterrupted"]) == p["EPOCHS"]
+    learnt(records, "val_accuracy")
+    near_baseline(records)
 
 
-@checks("07_parameter_averaging")
+@checks("08_scaling_study")
+def _(records: dict, p: dict) -> None:
+    counts = [str(n) for n in p["DEVICE_COUNTS"]]
+    # Strong scaling keeps one global batch; weak scaling grows it with the devices.
+    assert records["strong_global_batches"] == [p["GLOBAL_BATCH"]]
+    weak_batches = sorted(p["BATCH_SIZE_PER_REPLICA"] * n for n in p["DEVICE_COUNTS"])
+    assert records["weak_global_batches"] == weak_batches
+    for study in ("strong_speedup", "weak_speedup"):
+        assert sorted(records[study]) == sorted(counts) and records[study][counts[0]] == 1.0
+        assert all(0.05 < speedup < 10 for speedup in records[study].values())
+    assert records["scaling_files"] == ["scaling.json", "scaling.png"]
+    assert sorted(records["batch_sweep"]) == sorted(str(b) for b in p["SWEEP"])
+    assert all(rate > 0 for rate in records["batch_sweep"].values())
+    parts = records["step_breakdown"]
+    assert all(parts[name] >= 0 for name in ("compute", "sync", "other")) and parts["step"] > 0
+    assert parts["other"] == pytest.approx(max(0.0, parts["step"] - parts["compute"] - parts["sync"]))
+    assert 0 < records["compute_fraction"] <= 1
+    assert records["projected_4_gpu_speedup"] == pytest.approx(3.94, abs=0.01)  # seed 001: 63 s -> 16 s
+    assert len(records["lr_rules"]) == 3
+    for name, accuracy in records["lr_rules"].items():
+        learnt({"synthetic": records["synthetic"], name: accuracy}, name)
+
+
+@checks("09_parameter_averaging")
 def _(records: dict, p: dict) -> None:
     # Workers drift apart between averagings and agree exactly right after one.
     assert len(records["seed_wrapper_spreads"]) == 12 // 3
     assert all(spread > 1e-4 for spread in records["seed_wrapper_spreads"])
     assert records["spread_after_averaging"] == 0.0
+    # Averaging every step equals all-reduce: plain SGD and Nesterov (momentum averaged too).
+    assert records["averaging_vs_allreduce"]["plain SGD"] < 1e-5
+    # Momentum carries float32 rounding from step to step: equal, to a looser rounding.
+    assert records["averaging_vs_allreduce"]["SGD + Nesterov"] < 1e-4
     curves, every = records["curves"], math.lcm(*p["FREQUENCIES"])
     steps = [every * (i + 1) for i in range(p["EVALS"])]
-    assert len(curves) == len(p["FREQUENCIES"]) + 1
+    assert len(curves) == len(p["FREQUENCIES"]) + 2
     for frequency in p["FREQUENCIES"]:
         assert curves[f"average every {frequency}"]["steps"] == steps
         assert curves[f"average every {frequency}"]["syncs"] == [s // frequency for s in steps]
     assert curves["all-reduce (MirroredStrategy)"]["syncs"] == steps
     spreads = records["max_spread"]
     assert spreads[str(max(p["FREQUENCIES"]))] > spreads[str(min(p["FREQUENCIES"]))] > 0
-    for accuracy in records["final_accuracy"].values():
+    final = records["final_accuracy"]
+    for accuracy in final.values():
         # Measured on the MNIST subset at these parameters: 0.82-0.88 for every variant.
-        assert accuracy > (0.5 if not records["synthetic"] else CHANCE)
+        assert accuracy > (0.5 if not records["synthetic"] else 0.0)
+    every_round = final[f"average every {min(p['FREQUENCIES'])}"]
+    assert abs(every_round - final["all-reduce (MirroredStrategy)"]) < 0.02  # the same algorithm
+    assert all(seconds > 0 for seconds in records["seconds"].values())
 
 
-@checks("08_multi_worker")
+@checks("10_multi_worker")
 def _(records: dict, p: dict) -> None:
-    assert records["n_workers"] == records["replicas"] == p["N_WORKERS"]
+    assert records["trainer_vs_hand_step"] < 1e-6
+    assert records["replicas"] == p["N_WORKERS"]
     assert records["worker_digests_identical"] is True
-    assert len(records["val_accuracy"]) == p["EPOCHS"]
     assert all(code != 0 for code in records["crash_returncodes"])  # killed, and the other stopped
     steps = p["EPOCHS"] * (p["TRAIN_SAMPLES"] // (p["BATCH_SIZE_PER_REPLICA"] * p["N_WORKERS"]))
-    assert records["resumed_from"] == [0, p["KILL_AFTER_STEP"]]
+    assert records["resumed_at_step"] == p["KILL_AFTER_STEP"]
     assert records["steps_trained_after_restart"] == steps - p["KILL_AFTER_STEP"]
-    assert records["restart_matches_uninterrupted"] is True
-    assert records["restart_digests_identical"] is True
+    learnt(records, "val_accuracy")
+    near_baseline(records)

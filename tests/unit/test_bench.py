@@ -287,11 +287,11 @@ def test_the_reading_on_shared_cores_and_without_a_one_device_run():
 
 def _logical(rates: dict[int, float], global_batch: int | None) -> list[dict]:
     """Logical-CPU runs at fixed global batch (strong) or fixed 32 per replica (weak)."""
-    return [
-        {**_run(n, "in_memory", rate, 1e6, "logical-cpu"),
-         **({"global_batch": global_batch, "batch_size_per_replica": global_batch // n} if global_batch else {})}
-        for n, rate in rates.items()
-    ]  # fmt: skip
+    runs = [_run(n, "in_memory", rate, 1e6, "logical-cpu") for n, rate in rates.items()]
+    if global_batch:
+        for run in runs:
+            run.update(global_batch=global_batch, batch_size_per_replica=global_batch // run["devices"])
+    return runs
 
 
 def test_the_reading_never_contradicts_the_numbers():
@@ -308,12 +308,14 @@ def test_the_reading_never_contradicts_the_numbers():
     # A strong-scaling speed-up on shared cores is flagged as suspect, never as the devices' doing.
     odd = bench.read_scaling(_logical({1: 500.0, 2: 560.0}, global_batch=64))
     assert "speed-up 1.12" in odd["lines"][0] and "rerun" in odd["lines"][0]
-    on_gpus = bench.read_scaling([{**run, "device_kind": "gpu"} for run in _logical({1: 500.0, 2: 950.0}, 64)])
+    gpu_runs = [{**run, "device_kind": "gpu"} for run in _logical({1: 500.0, 2: 950.0}, 64)]
+    on_gpus = bench.read_scaling(gpu_runs)
     assert "Real GPUs" in on_gpus["lines"][0] and "speed-up 1.90" in on_gpus["lines"][0]
 
 
 def test_strong_scaling_study_rejects_a_global_batch_that_does_not_divide():
-    with pytest.raises(ValueError, match=r"global_batch=66 does not divide over \[4\] device\(s\); pass a multiple of 4"):
+    message = r"global_batch=66 does not divide over \[4\] device\(s\); pass a multiple of 4"
+    with pytest.raises(ValueError, match=message):
         bench.scaling_study((1, 2, 4), ("synthetic",), global_batch=66, steps=1, warmup_steps=1)
 
 

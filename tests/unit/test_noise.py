@@ -98,3 +98,14 @@ def test_each_kind_of_noise_is_flagged_in_order(tmp_path):
 )
 def test_single_lines(tmp_path, line):
     assert noise_in(_write(tmp_path, _cell(_stream(line + "\n")))) == [line]
+
+
+def test_a_model_summary_table_is_the_lesson_not_noise(tmp_path):
+    summary = (
+        "┏━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━━━━━━┓\n"
+        "┃ Layer (type)          ┃ Output Shape   ┃   Param # ┃\n"
+        "┡━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━━━━━┩\n"
+        "│ conv2d (Conv2D)       │ (None, 32, 32, │       896 │\n"
+        "└───────────────────────┴────────────────┴───────────┘\n"
+    )
+    assert noise_in(_write(tmp_path, _cell(_stream(summary)))) == []
