@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from mgtutor.scaling import read_scaling, with_speedups
+
 
 def _pyplot():
     import matplotlib.pyplot as plt
@@ -134,8 +136,6 @@ def plot_scaling(results: Any, *, title: str = ""):
     run on the fewest devices scaled linearly. On logical devices, which share
     the same hardware, the ideal there is flat, and the title says so.
     """
-    from mgtutor.bench import read_scaling, with_speedups
-
     runs = results.get("runs") if isinstance(results, Mapping) else results
     if not runs:
         raise ValueError("results holds no runs: pass scaling_study(...)'s result or its list of runs.")

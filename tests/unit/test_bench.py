@@ -1,4 +1,4 @@
-"""mgtutor.bench: pipeline throughput, the scaling study and its command line, the GPU projection.
+"""mgtutor.throughput, .scaling, .amdahl and .bench: throughput, the reading, the GPU projection, the study.
 
 Child processes (TensorFlow fixes its devices once per process): two for the
 command-line study (one per device count) and one for the towers strategy and
@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from mgtutor import bench
-from mgtutor.bench import pipeline_images_per_second
+from mgtutor import amdahl, bench, scaling, throughput
+from mgtutor.throughput import pipeline_images_per_second
 from tests.conftest import ROOT, run_python
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -115,7 +115,7 @@ def test_cli_study_on_one_and_two_devices(tmp_path):
 
 TOWERS_CHILD = """
 import json
-from mgtutor.bench import measure_training
+from mgtutor.throughput import measure_training
 
 runs = [
     measure_training(2, model="lenet", pipeline=pipeline, strategy="towers", batch_size_per_replica=8,
@@ -184,11 +184,11 @@ def test_an_output_that_is_a_file_is_refused_by_the_real_command(tmp_path):
 
 def test_measure_training_checks_before_starting_tensorflow():
     with pytest.raises(ValueError, match="n_devices must be a whole number >= 1"):
-        bench.measure_training(0)
+        throughput.measure_training(0)
     with pytest.raises(ValueError, match="pipeline must be one of synthetic, in_memory, flow"):
-        bench.measure_training(1, pipeline="disk")
+        throughput.measure_training(1, pipeline="disk")
     with pytest.raises(ValueError, match="warmup_steps must be a whole number >= 1"):
-        bench.measure_training(1, warmup_steps=0)
+        throughput.measure_training(1, warmup_steps=0)
 
 
 def test_a_failing_child_reports_its_stderr_without_tensorflow_noise(monkeypatch):
@@ -242,13 +242,13 @@ GPU_RUNS = [
 
 
 def test_speedup_efficiency_and_the_input_verdict_from_known_numbers():
-    runs = {(r["devices"], r["pipeline"]): r for r in bench.with_speedups(GPU_RUNS)}
+    runs = {(r["devices"], r["pipeline"]): r for r in scaling.with_speedups(GPU_RUNS)}
     assert runs[(4, "synthetic")]["speedup"] == pytest.approx(3.6, abs=EXACT)
     assert runs[(4, "synthetic")]["efficiency"] == pytest.approx(0.9, abs=EXACT)
     assert runs[(4, "flow")]["speedup"] == pytest.approx(1600 / 950, abs=EXACT)
     assert all(runs[(1, p)]["speedup"] == 1.0 for p in ("synthetic", "in_memory", "flow"))
 
-    reading = bench.read_scaling(GPU_RUNS)
+    reading = scaling.read_scaling(GPU_RUNS)
     assert reading["device_kind"] == "gpu" and reading["shared_hardware"] is False
     assert reading["expected_speedup"] == "up to n"
     # flow alone makes 2,000 images/s; the GPUs take 3,600 at 4 devices: it cannot keep ahead.
@@ -266,23 +266,23 @@ def test_the_reading_on_shared_cores_and_without_a_one_device_run():
                                          (2, "layers", 400.0, 1e5), (4, "layers", 300.0, 1e5),
                                          (4, "tf.data", 440.0, 2000.0))
     ]  # fmt: skip
-    with_speedups = {(r["devices"], r["pipeline"]): r for r in bench.with_speedups(runs)}
+    with_speedups = {(r["devices"], r["pipeline"]): r for r in scaling.with_speedups(runs)}
     # The baseline is the fewest devices measured: 2, so 4 devices ideally double.
     assert with_speedups[(2, "synthetic")]["speedup"] == 1.0
     assert with_speedups[(4, "synthetic")]["ideal_speedup"] == 2.0
     assert with_speedups[(4, "synthetic")]["efficiency"] == pytest.approx(0.9 / 2, abs=EXACT)
-    reading = bench.read_scaling(runs)
+    reading = scaling.read_scaling(runs)
     assert reading["expected_speedup"] == "<= 1" and reading["cores_per_device"] == {"2": 4.0, "4": 2.0}
     # Augmentation layers cost compute on the devices; they never make the devices wait for input.
     # tf.data keeps 2000 / 450 = 4.4x ahead, but on shared cores its work takes ~23 % of them.
     assert reading["input_bound"] == {"layers": False, "tf.data": True}
     assert reading["input_headroom"]["tf.data"] == {"4": pytest.approx(2000 / 450, abs=EXACT)}
     # The same headroom beside separate GPUs is plenty: the input runs alongside the training.
-    on_gpus = bench.read_scaling([{**run, "device_kind": "gpu"} for run in runs])
+    on_gpus = scaling.read_scaling([{**run, "device_kind": "gpu"} for run in runs])
     assert on_gpus["input_bound"]["tf.data"] is False
     assert "share 8 core(s)" in reading["lines"][0]
     with pytest.raises(ValueError, match="runs is empty"):
-        bench.read_scaling([])
+        scaling.read_scaling([])
 
 
 def _logical(rates: dict[int, float], global_batch: int | None) -> list[dict]:
@@ -295,21 +295,21 @@ def _logical(rates: dict[int, float], global_batch: int | None) -> list[dict]:
 
 
 def test_the_reading_never_contradicts_the_numbers():
-    slower = bench.read_scaling(_logical({1: 600.0, 2: 320.0, 4: 260.0}, global_batch=64))
+    slower = scaling.read_scaling(_logical({1: 600.0, 2: 320.0, 4: 260.0}, global_batch=64))
     assert slower["scaling"] == "strong"
     assert "speed-up 0.43 on 4 devices" in slower["lines"][0] and "as expected" in slower["lines"][0]
     # Weak scaling on the same cores can show a speed-up: the words must explain it, not deny it.
-    faster = bench.read_scaling(_logical({1: 460.0, 2: 600.0}, global_batch=None))
+    faster = scaling.read_scaling(_logical({1: 460.0, 2: 600.0}, global_batch=None))
     assert faster["scaling"] == "weak"
     assert "speed-up 1.30 on 2 devices" in faster["lines"][0]
     assert "larger global batch, not from the devices" in faster["lines"][0]
     assert "grew from 32 to 64" in faster["lines"][1]
     assert not any("at most 1" in line for line in faster["lines"])
     # A strong-scaling speed-up on shared cores is flagged as suspect, never as the devices' doing.
-    odd = bench.read_scaling(_logical({1: 500.0, 2: 560.0}, global_batch=64))
+    odd = scaling.read_scaling(_logical({1: 500.0, 2: 560.0}, global_batch=64))
     assert "speed-up 1.12" in odd["lines"][0] and "rerun" in odd["lines"][0]
     gpu_runs = [{**run, "device_kind": "gpu"} for run in _logical({1: 500.0, 2: 950.0}, 64)]
-    on_gpus = bench.read_scaling(gpu_runs)
+    on_gpus = scaling.read_scaling(gpu_runs)
     assert "Real GPUs" in on_gpus["lines"][0] and "speed-up 1.90" in on_gpus["lines"][0]
 
 
@@ -344,7 +344,7 @@ def test_plot_scaling_draws_the_ideal_line_and_the_efficiency():
 
 
 def test_projection_reproduces_seed_001_and_follows_amdahl():
-    projection = {row["devices"]: row for row in bench.projected_scaling((1, 2, 4, 8))}
+    projection = {row["devices"]: row for row in amdahl.projected_scaling((1, 2, 4, 8))}
     # Fitted to seed 001's two measurements, it must give them back.
     assert projection[1]["epoch_seconds"] == pytest.approx(63.0, abs=1e-9)
     assert projection[4]["epoch_seconds"] == pytest.approx(16.0, abs=1e-9)
@@ -355,13 +355,13 @@ def test_projection_reproduces_seed_001_and_follows_amdahl():
     assert projection[8]["epoch_seconds"] == pytest.approx(63 * ((1 - fraction) + fraction / 8), abs=1e-9)
     assert 1 < projection[2]["speedup"] < 2 and projection[8]["efficiency"] < projection[4]["efficiency"]
 
-    assert bench.amdahl_speedup(4, 1.0) == 4.0 and bench.amdahl_speedup(4, 0.0) == 1.0
-    assert bench.amdahl_speedup(2, 0.5) == pytest.approx(4 / 3, abs=1e-12)
-    assert bench.parallel_fraction(bench.amdahl_speedup(6, 0.8), 6) == pytest.approx(0.8, abs=1e-12)
+    assert amdahl.amdahl_speedup(4, 1.0) == 4.0 and amdahl.amdahl_speedup(4, 0.0) == 1.0
+    assert amdahl.amdahl_speedup(2, 0.5) == pytest.approx(4 / 3, abs=1e-12)
+    assert amdahl.parallel_fraction(amdahl.amdahl_speedup(6, 0.8), 6) == pytest.approx(0.8, abs=1e-12)
     with pytest.raises(ValueError, match="parallel_fraction must lie between 0 and 1"):
-        bench.amdahl_speedup(2, 1.5)
+        amdahl.amdahl_speedup(2, 1.5)
     with pytest.raises(ValueError, match="speedup must lie between 1 and n_devices=4"):
-        bench.parallel_fraction(5.0, 4)
+        amdahl.parallel_fraction(5.0, 4)
     with pytest.raises(ValueError, match="must map 1 and one other device count"):
-        bench.projected_scaling((2,), {4: 16.0, 8: 9.0})
-    assert math.isclose(bench.projected_scaling((3,), {1: 10.0, 2: 5.0})[0]["epoch_seconds"], 10 / 3)
+        amdahl.projected_scaling((2,), {4: 16.0, 8: 9.0})
+    assert math.isclose(amdahl.projected_scaling((3,), {1: 10.0, 2: 5.0})[0]["epoch_seconds"], 10 / 3)
