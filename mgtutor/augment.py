@@ -53,8 +53,9 @@ Where it differs from Keras 2, and why:
 
 The three paths compare pixel by pixel in `mgtutor.augment_tf` and
 `mgtutor.augment_layers`. The code: `mgtutor.augment_checks` (arguments, shift
-forms), `mgtutor.augment_resample` (the NumPy resampling), `mgtutor.augment_flow`
-(``flow``'s PyDataset), and this module (the generator, ``fit``, ``standardize``).
+forms), `mgtutor.augment_resample` (the NumPy resampling), `mgtutor.augment_stats`
+(``fit``'s statistics), `mgtutor.augment_flow` (``flow``'s PyDataset), and this
+module (the generator: arguments, ``fit``, ``standardize``, transforms).
 
 Importing this module imports neither Keras nor TensorFlow; ``flow``, ``as_dataset``
 and ``as_layers`` import them but start nothing: no tensor exists until a function
@@ -63,7 +64,6 @@ runs, so `mgtutor.setup_devices` can follow.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -72,28 +72,28 @@ import numpy as np
 
 from mgtutor._checks import check_whole
 from mgtutor.augment_checks import (
-    FILL_MODES,
     _check_flag,
     _check_images,
     _check_keras2_options,
     _check_lengths,
     _check_seed,
+    _check_settings,
     _fresh_seed,
-    _is_real,
-    _parse_shift,
     _sample_shifts,
 )
 from mgtutor.augment_resample import _affine, _resample
+from mgtutor.augment_stats import _FIT_CHUNK, _channel_std, _zca_matrix
 
 if TYPE_CHECKING:
     from mgtutor.augment_flow import NumpyArrayIterator
 
 # The d x d matrix ZCA needs: 16384 features (e.g. 73x73x3) is 2 GiB in float64.
 MAX_ZCA_FEATURES = 16384
-_FIT_CHUNK = 1024  # images per float64 step in fit (bounds its extra memory)
-# Names that moved out, served on first use (a module-level import would be circular:
-# those modules import this one).
+# Public names that moved out in the split, served here on first use so old imports work.
+# Imported lazily: the flow, tf and layers modules import this one, and Keras.
 _MOVED = {
+    "FILL_MODES": "augment_checks",
+    "SUPPORTED_ARGUMENTS": "augment_checks",
     "NumpyArrayIterator": "augment_flow",
     "augment_dataset": "augment_tf",
     "augmentation_layers": "augment_layers",
@@ -164,31 +164,16 @@ class ImageDataGenerator:
                 ("vertical_flip", vertical_flip),
             )
         }
-        if not _is_real(zca_epsilon) or not (math.isfinite(zca_epsilon) and zca_epsilon > 0):
-            raise ValueError(
-                f"zca_epsilon must be a positive number, got {zca_epsilon!r}; the default is 1e-6."
-            )
-        if not _is_real(rotation_range) or not 0 <= rotation_range <= 180:
-            raise ValueError(
-                f"rotation_range is in degrees, from 0 to 180, got {rotation_range!r}: rotations go "
-                "both ways, so 180 already covers every angle. Pass e.g. rotation_range=15."
-            )
-        width_shift = _parse_shift(width_shift_range, "width_shift_range")
-        height_shift = _parse_shift(height_shift_range, "height_shift_range")
-        if fill_mode not in FILL_MODES:
-            raise ValueError(f"fill_mode must be one of {FILL_MODES}, got {fill_mode!r}.")
-        if not _is_real(cval) or not math.isfinite(cval):
-            raise ValueError(
-                f"cval must be a finite number (the fill for fill_mode='constant'), got {cval!r}."
-            )
-        if rescale is not None and (not _is_real(rescale) or not math.isfinite(rescale)):
-            raise ValueError(f"rescale must be None or a finite number such as 1/255, got {rescale!r}.")
-        if data_format not in (None, "channels_last"):
-            raise ValueError(
-                f"data_format={data_format!r} is not supported: this ImageDataGenerator is "
-                "channels_last only (Keras 3's default). Keep images as (samples, height, width, "
-                "channels): x.transpose(0, 2, 3, 1) converts channels_first data."
-            )
+        width_shift, height_shift = _check_settings(
+            zca_epsilon,
+            rotation_range,
+            width_shift_range,
+            height_shift_range,
+            fill_mode,
+            cval,
+            rescale,
+            data_format,
+        )
 
         self.featurewise_center = flags["featurewise_center"]
         self.samplewise_center = flags["samplewise_center"]
@@ -543,40 +528,3 @@ def _as_targets(y: Any) -> np.ndarray:
     targets = np.asarray(y)
     # Keras computes in float32; one-hot labels from to_categorical may be float64.
     return targets.astype(np.float32) if targets.dtype == np.float64 else targets
-
-
-def _channel_std(data: np.ndarray) -> np.ndarray:
-    """Per-channel std over samples, rows and columns, in float64 one chunk at a time.
-
-    ``np.std(data, dtype=np.float64)`` would hold a float64 copy of the whole
-    data set (1.2 GB for CIFAR-10's training images).
-    """
-    count = data.size // data.shape[-1]
-    sums, squares = np.zeros(data.shape[-1]), np.zeros(data.shape[-1])
-    for start in range(0, len(data), _FIT_CHUNK):
-        chunk = data[start : start + _FIT_CHUNK].astype(np.float64).reshape(-1, data.shape[-1])
-        sums += chunk.sum(axis=0)
-        squares += np.einsum("ij,ij->j", chunk, chunk)
-    mean = sums / count
-    return np.sqrt(np.maximum(squares / count - mean**2, 0.0))
-
-
-def _zca_matrix(data: np.ndarray, epsilon: float) -> np.ndarray:
-    """tf_keras's ZCA matrix ``u diag(sqrt(n) / (s + eps)) u.T``, s the singular values of the data.
-
-    Through the eigendecomposition of the Gram matrix (s**2 are its
-    eigenvalues), summed in float64 over chunks: the same matrix as tf_keras's
-    SVD of the (features x samples) data, at a fraction of the time and memory.
-    Only the min(n, features) largest components are kept, as a thin SVD does.
-    """
-    n = len(data)
-    flat = data.reshape(n, -1)
-    gram = np.zeros((flat.shape[1],) * 2)
-    for start in range(0, n, _FIT_CHUNK):
-        chunk = flat[start : start + _FIT_CHUNK].astype(np.float64)
-        gram += chunk.T @ chunk
-    eigenvalues, vectors = np.linalg.eigh(gram)
-    keep = min(n, flat.shape[1])
-    singular = np.sqrt(np.clip(eigenvalues[::-1][:keep], 0, None))
-    vectors = vectors[:, ::-1][:, :keep]
-    return ((vectors * (math.sqrt(n) / (singular + epsilon))) @ vectors.T).astype(np.float32)

@@ -149,6 +149,37 @@ def _sample_shifts(shift: _Shift, size: int, n: int, rng: np.random.Generator) -
     return drawn * size if shift.fraction else drawn.astype(np.float64)
 
 
+def _check_settings(
+    zca_epsilon: Any, rotation_range: Any, width_shift_range: Any, height_shift_range: Any,
+    fill_mode: Any, cval: Any, rescale: Any, data_format: Any,
+) -> tuple[_Shift, _Shift]:  # fmt: skip
+    """`ImageDataGenerator`'s numeric and mode arguments, checked in its order; the parsed shifts."""
+    if not _is_real(zca_epsilon) or not (math.isfinite(zca_epsilon) and zca_epsilon > 0):
+        raise ValueError(f"zca_epsilon must be a positive number, got {zca_epsilon!r}; the default is 1e-6.")
+    if not _is_real(rotation_range) or not 0 <= rotation_range <= 180:
+        raise ValueError(
+            f"rotation_range is in degrees, from 0 to 180, got {rotation_range!r}: rotations go "
+            "both ways, so 180 already covers every angle. Pass e.g. rotation_range=15."
+        )
+    shifts = (
+        _parse_shift(width_shift_range, "width_shift_range"),
+        _parse_shift(height_shift_range, "height_shift_range"),
+    )
+    if fill_mode not in FILL_MODES:
+        raise ValueError(f"fill_mode must be one of {FILL_MODES}, got {fill_mode!r}.")
+    if not _is_real(cval) or not math.isfinite(cval):
+        raise ValueError(f"cval must be a finite number (the fill for fill_mode='constant'), got {cval!r}.")
+    if rescale is not None and (not _is_real(rescale) or not math.isfinite(rescale)):
+        raise ValueError(f"rescale must be None or a finite number such as 1/255, got {rescale!r}.")
+    if data_format not in (None, "channels_last"):
+        raise ValueError(
+            f"data_format={data_format!r} is not supported: this ImageDataGenerator is "
+            "channels_last only (Keras 3's default). Keep images as (samples, height, width, "
+            "channels): x.transpose(0, 2, 3, 1) converts channels_first data."
+        )
+    return shifts
+
+
 # --------------------------------------------------------------------------- Keras 2 options
 
 

@@ -1,14 +1,13 @@
 """Keras 2's affine transform as one bilinear resampling, as ``scipy.ndimage.affine_transform(order=1)``.
 
-The boundary code (`_map_coordinate`, `_axis_lookup`) takes its array functions
-as an `_Ops`, so the tf.data path (`mgtutor.augment_tf`) runs this very code in
-TF ops and gives the same pixels: one copy of SciPy's rules, not two to keep in step.
+The coordinate code (`_affine`, `_map_coordinate`, `_axis_lookup`) takes its array
+module as `xp`, numpy or tensorflow, so the tf.data path (`mgtutor.augment_tf`) runs
+this very code in TF ops and gives the same pixels: one copy of SciPy's rules, not two.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,66 +35,48 @@ def _affine(theta: Any, tx: Any, ty: Any, flip_h: Any, flip_v: Any, height: int,
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _Ops:
-    """The array functions the boundary handling needs, from NumPy or TF: one code for both paths."""
-
-    where: Any
-    floor: Any
-    clip: Any
-    maximum: Any
-    trunc: Any
-    to_index: Any
-    to_float32: Any
+def _trunc(a: Any, xp: Any) -> Any:
+    return xp.sign(a) * xp.floor(xp.abs(a))  # np.trunc's values; TF has no trunc for floats
 
 
-_NUMPY_OPS = _Ops(
-    np.where,
-    np.floor,
-    np.clip,
-    np.maximum,
-    np.trunc,
-    lambda a: a.astype(np.intp),
-    lambda a: a.astype(np.float32),
-)
-
-
-def _map_coordinate(coords: Any, n: int, mode: str, ops: _Ops) -> tuple[Any, Any]:
+def _map_coordinate(coords: Any, n: int, mode: str, xp: Any) -> tuple[Any, Any]:
     """SciPy's boundary handling (``ndimage``'s map_coordinate) of sample positions on an axis of n.
 
     Returns the positions mapped into the image and, for 'constant', which
     positions fall outside it (those get ``cval``).
     """
     if mode == "constant":
-        return ops.clip(coords, 0, n - 1), (coords < 0) | (coords > n - 1)
+        return xp.minimum(xp.maximum(coords, 0), n - 1), (coords < 0) | (coords > n - 1)
     if n == 1 or mode == "nearest":
-        return ops.clip(coords, 0, n - 1), None
+        return xp.minimum(xp.maximum(coords, 0), n - 1), None
     if mode == "reflect":  # half-sample symmetric: d c b a | a b c d | d c b a
         period = 2.0 * n
-        c = ops.where(coords < -period, period * ops.trunc(-coords / period) + coords, coords)
-        below = ops.where(c < -n, c + period, ops.maximum(-c, 1e-15) - 1)
-        c = coords - period * ops.trunc(coords / period)
-        above = ops.where(c >= n, period - c - 1, c)
+        c = xp.where(coords < -period, period * _trunc(-coords / period, xp) + coords, coords)
+        below = xp.where(c < -n, c + period, xp.maximum(-c, 1e-15) - 1)
+        c = coords - period * _trunc(coords / period, xp)
+        above = xp.where(c >= n, period - c - 1, c)
     else:  # 'wrap': SciPy's legacy wrap repeats with period n - 1 (first and last samples overlap)
         period = n - 1.0
-        below = coords + period * (ops.trunc(-coords / period) + 1)
-        above = coords - period * ops.trunc(coords / period)
-    return ops.where(coords < 0, below, ops.where(coords > n - 1, above, coords)), None
+        below = coords + period * (_trunc(-coords / period, xp) + 1)
+        above = coords - period * _trunc(coords / period, xp)
+    return xp.where(coords < 0, below, xp.where(coords > n - 1, above, coords)), None
 
 
-def _axis_lookup(coords: Any, n: int, mode: str, ops: _Ops = _NUMPY_OPS):
+def _axis_lookup(coords: Any, n: int, mode: str, xp: Any = np):
     """Neighbour indices, weight of the upper one, and the 'constant' outside mask, on one axis."""
-    mapped, outside = _map_coordinate(coords, n, mode, ops)
-    lower = ops.floor(mapped)
-    weight = ops.to_float32(mapped - lower)
-    lower = ops.to_index(lower)
+    mapped, outside = _map_coordinate(coords, n, mode, xp)
+    lower = xp.floor(mapped)
+    if xp is np:
+        weight, lower = (mapped - lower).astype(np.float32), lower.astype(np.intp)
+    else:  # int32: what tf.gather takes on every device
+        weight, lower = xp.cast(mapped - lower, xp.float32), xp.cast(lower, xp.int32)
     upper = lower + 1
     if n == 1:
         return lower * 0, upper * 0, weight, outside
     # After mapping, neighbours lie in [-1, n]; SciPy mirrors those two about the edge
     # sample ('reflect': about the edge itself). Their weight is 0 except for 'reflect'.
     below, above = (0, n - 1) if mode == "reflect" else (1, n - 2)
-    return ops.where(lower < 0, below, lower), ops.where(upper >= n, above, upper), weight, outside
+    return xp.where(lower < 0, below, lower), xp.where(upper >= n, above, upper), weight, outside
 
 
 def _lerp(a: np.ndarray, b: np.ndarray, weight: np.ndarray) -> np.ndarray:

@@ -25,17 +25,7 @@ import numpy as np
 
 from mgtutor.augment import ImageDataGenerator
 from mgtutor.augment_checks import _check_seed, _fresh_seed, _Shift
-from mgtutor.augment_resample import _affine, _axis_lookup, _Ops
-
-
-def _tf_ops() -> _Ops:
-    import tensorflow as tf
-
-    return _Ops(
-        tf.where, tf.floor, tf.clip_by_value, tf.maximum,
-        lambda a: tf.sign(a) * tf.floor(tf.abs(a)),
-        lambda a: tf.cast(a, tf.int32), lambda a: tf.cast(a, tf.float32),
-    )  # fmt: skip
+from mgtutor.augment_resample import _affine, _axis_lookup
 
 
 def _tf_shifts(shift: _Shift, size: int, n: Any, seed: Any) -> Any:
@@ -89,7 +79,7 @@ def _tf_apply(images: Any, params: dict[str, Any], generator: ImageDataGenerator
         if generator.vertical_flip:
             images = tf.where(params["flip_vertical"][:, None, None, None], tf.reverse(images, [1]), images)
         return images
-    ops, mode = _tf_ops(), generator.fill_mode
+    mode = generator.fill_mode
     theta, tx, ty = (tf.cast(params[key], tf.float64) for key in ("theta", "tx", "ty"))
     flip_h, flip_v = (tf.cast(params[key], tf.float64) for key in ("flip_horizontal", "flip_vertical"))
     a00, a01, a10, a11, o0, o1 = _affine(theta, tx, ty, flip_h, flip_v, height, width, tf)
@@ -101,8 +91,8 @@ def _tf_apply(images: Any, params: dict[str, Any], generator: ImageDataGenerator
         return a + (b - a) * weight
 
     if not generator.rotation_range:
-        r0, r1, wr, out_r = _axis_lookup(a00[:, None] * rows[..., 0] + o0[:, None], height, mode, ops)
-        c0, c1, wc, out_c = _axis_lookup(a11[:, None] * cols[:, 0] + o1[:, None], width, mode, ops)
+        r0, r1, wr, out_r = _axis_lookup(a00[:, None] * rows[..., 0] + o0[:, None], height, mode, tf)
+        c0, c1, wc, out_c = _axis_lookup(a11[:, None] * cols[:, 0] + o1[:, None], width, mode, tf)
         rows_done = lerp(
             tf.gather(images, r0, axis=1, batch_dims=1),
             tf.gather(images, r1, axis=1, batch_dims=1),
@@ -118,8 +108,8 @@ def _tf_apply(images: Any, params: dict[str, Any], generator: ImageDataGenerator
         outside = None if out_r is None else out_r[:, :, None] | out_c[:, None, :]
     else:
         c = [coefficient[:, None, None] for coefficient in (a00, a01, a10, a11, o0, o1)]
-        r0, r1, wr, out_r = _axis_lookup(c[0] * rows + c[1] * cols + c[4], height, mode, ops)
-        c0, c1, wc, out_c = _axis_lookup(c[2] * rows + c[3] * cols + c[5], width, mode, ops)
+        r0, r1, wr, out_r = _axis_lookup(c[0] * rows + c[1] * cols + c[4], height, mode, tf)
+        c0, c1, wc, out_c = _axis_lookup(c[2] * rows + c[3] * cols + c[5], width, mode, tf)
         flat = tf.reshape(images, [-1, channels])
         base = tf.range(n)[:, None, None] * (height * width)
         r0, r1, wc = base + r0 * width, base + r1 * width, wc[..., None]
