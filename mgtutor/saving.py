@@ -421,6 +421,10 @@ def load_model(
 
     import keras
 
+    # Registers the layers of ImageDataGenerator.as_layers(), so a model holding them loads
+    # without the caller having built one first (importing mgtutor.augment no longer does).
+    import mgtutor.augment_layers  # noqa: F401
+
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     try:
         with scope:

@@ -21,7 +21,8 @@ import keras
 import numpy as np
 import pytest
 
-from mgtutor.augment import ImageDataGenerator, NotFittedError, _tf_apply, augment_dataset
+from mgtutor.augment import ImageDataGenerator, NotFittedError, augment_dataset
+from mgtutor.augment_tf import _tf_apply
 from tests.conftest import run_python
 
 DRAWS = 2000  # images per rate/distribution check: a 0.5 rate lands in 0.45..0.55 with p > 0.9999
