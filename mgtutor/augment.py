@@ -79,6 +79,7 @@ from mgtutor.augment_checks import (
     _check_seed,
     _check_settings,
     _fresh_seed,
+    _GeneratorBase,
     _sample_shifts,
 )
 from mgtutor.augment_resample import _affine, _resample
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
 # The d x d matrix ZCA needs: 16384 features (e.g. 73x73x3) is 2 GiB in float64.
 MAX_ZCA_FEATURES = 16384
 # Public names that moved out in the split, served here on first use so old imports work.
-# Imported lazily: the flow, tf and layers modules import this one, and Keras.
+# Imported lazily: the flow, tf and layers modules import Keras.
 _MOVED = {
     "FILL_MODES": "augment_checks",
     "SUPPORTED_ARGUMENTS": "augment_checks",
@@ -118,7 +119,7 @@ class NotFittedError(RuntimeError):
 # --------------------------------------------------------------------------- generator
 
 
-class ImageDataGenerator:
+class ImageDataGenerator(_GeneratorBase):
     """Keras 2's ``ImageDataGenerator`` (channels_last), for Keras 3: see the module docstring.
 
     ``datagen.fit(x_train)`` computes the featurewise statistics;

@@ -33,6 +33,16 @@ _KERAS2_OFF = {
 }
 
 
+class _GeneratorBase:
+    """The base of `mgtutor.augment.ImageDataGenerator`, and nothing else.
+
+    The flow, tf.data and layers modules check (and annotate) their generator argument
+    with this class, so they need not import `mgtutor.augment`, which imports them.
+    """
+
+    __slots__ = ()
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 

@@ -10,8 +10,7 @@ import keras
 import numpy as np
 
 from mgtutor._checks import is_whole
-from mgtutor.augment import ImageDataGenerator
-from mgtutor.augment_checks import _check_flag, _fresh_seed
+from mgtutor.augment_checks import _check_flag, _fresh_seed, _GeneratorBase
 
 # Keras 2's flow options not implemented here, with the values that switch them off.
 _FLOW_KERAS2_OFF = {
@@ -35,14 +34,14 @@ class NumpyArrayIterator(keras.utils.PyDataset):
         self,
         x: Any,
         y: Any,
-        image_data_generator: ImageDataGenerator,
+        image_data_generator: _GeneratorBase,
         batch_size: int = 32,
         shuffle: bool = True,
         seed: int | None = None,
         sample_weight: Any = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(image_data_generator, ImageDataGenerator):
+        if not isinstance(image_data_generator, _GeneratorBase):
             raise TypeError(
                 "image_data_generator must be an mgtutor ImageDataGenerator, got "
                 f"{type(image_data_generator).__name__}."

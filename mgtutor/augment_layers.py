@@ -11,8 +11,7 @@ import keras
 import numpy as np
 
 from mgtutor._checks import is_whole
-from mgtutor.augment import ImageDataGenerator
-from mgtutor.augment_checks import _check_seed
+from mgtutor.augment_checks import _check_seed, _GeneratorBase
 
 
 @keras.saving.register_keras_serializable(package="mgtutor")
@@ -69,7 +68,7 @@ class ZCAWhitening(keras.layers.Layer):
 
 
 def augmentation_layers(
-    generator: ImageDataGenerator,
+    generator: _GeneratorBase,
     *,
     input_shape: tuple[int, int, int] | None = None,
     seed: int | None = None,
@@ -87,7 +86,7 @@ def augmentation_layers(
     Under a MirroredStrategy every replica draws the same parameters for its
     slice (see the module docstring); prefer `augment_dataset` there if that matters.
     """
-    if not isinstance(generator, ImageDataGenerator):
+    if not isinstance(generator, _GeneratorBase):
         raise TypeError(f"generator must be an mgtutor ImageDataGenerator, got {type(generator).__name__}.")
     seed = _check_seed(seed)
     if input_shape is not None and (

@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor.augment import ImageDataGenerator
-from mgtutor.augment_checks import _check_seed, _fresh_seed, _Shift
+from mgtutor.augment_checks import _check_seed, _fresh_seed, _GeneratorBase, _Shift
 from mgtutor.augment_resample import _affine, _axis_lookup
 
 
@@ -44,7 +43,7 @@ def _tf_shifts(shift: _Shift, size: int, n: Any, seed: Any) -> Any:
     return drawn * size if shift.fraction else drawn
 
 
-def _tf_draw(generator: ImageDataGenerator, n: Any, height: int, width: int, seed: Any) -> dict[str, Any]:
+def _tf_draw(generator: _GeneratorBase, n: Any, height: int, width: int, seed: Any) -> dict[str, Any]:
     """Per-image transform parameters from a stateless seed, distributed as `ImageDataGenerator._draw`."""
     import tensorflow as tf
 
@@ -63,7 +62,7 @@ def _tf_draw(generator: ImageDataGenerator, n: Any, height: int, width: int, see
     }
 
 
-def _tf_apply(images: Any, params: dict[str, Any], generator: ImageDataGenerator) -> Any:
+def _tf_apply(images: Any, params: dict[str, Any], generator: _GeneratorBase) -> Any:
     """`ImageDataGenerator._apply` in TF ops: the same boundary code, so the same pixels.
 
     Coordinates in float64, as the NumPy path (and SciPy) computes them. Without
@@ -122,7 +121,7 @@ def _tf_apply(images: Any, params: dict[str, Any], generator: ImageDataGenerator
     return out
 
 
-def _tf_augment(images: Any, seed: Any, generator: ImageDataGenerator) -> Any:
+def _tf_augment(images: Any, seed: Any, generator: _GeneratorBase) -> Any:
     """Transform and standardise one batch with TF ops (the tf.data path)."""
     import tensorflow as tf
 
@@ -134,7 +133,7 @@ def _tf_augment(images: Any, seed: Any, generator: ImageDataGenerator) -> Any:
     return _tf_standardize(images, generator)
 
 
-def _tf_standardize(images: Any, generator: ImageDataGenerator) -> Any:
+def _tf_standardize(images: Any, generator: _GeneratorBase) -> Any:
     import tensorflow as tf
 
     if generator.rescale:
@@ -154,7 +153,7 @@ def _tf_standardize(images: Any, generator: ImageDataGenerator) -> Any:
     return images
 
 
-def augment_dataset(dataset: Any, generator: ImageDataGenerator, *, seed: int | None = None) -> Any:
+def augment_dataset(dataset: Any, generator: _GeneratorBase, *, seed: int | None = None) -> Any:
     """Augment a batched ``tf.data.Dataset`` the way `generator` would, with TF ops.
 
     `dataset` yields batches of images (N, H, W, C), alone or first in a tuple
@@ -166,7 +165,7 @@ def augment_dataset(dataset: Any, generator: ImageDataGenerator, *, seed: int | 
     """
     import tensorflow as tf
 
-    if not isinstance(generator, ImageDataGenerator):
+    if not isinstance(generator, _GeneratorBase):
         raise TypeError(f"generator must be an mgtutor ImageDataGenerator, got {type(generator).__name__}.")
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(
@@ -206,7 +205,7 @@ def augment_dataset(dataset: Any, generator: ImageDataGenerator, *, seed: int | 
 
 
 def arrays_dataset(
-    generator: ImageDataGenerator, x: np.ndarray, y: Any, sample_weight: Any, batch_size: int,
+    generator: _GeneratorBase, x: np.ndarray, y: Any, sample_weight: Any, batch_size: int,
     shuffle: bool, seed: int | None, drop_remainder: bool,
 ) -> Any:  # fmt: skip
     """`ImageDataGenerator.as_dataset` on checked arrays: shuffle each epoch, batch, augment."""
