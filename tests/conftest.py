@@ -51,15 +51,33 @@ def run_python(code: str, *, timeout: float = 300, env: dict[str, str] | None = 
 
     Returns that object. A failing child fails the test with its stderr tail.
     """
-    child_env = {**os.environ, **(env or {})}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=child_env,
-        cwd=ROOT,
-    )
+    return _json_result(_run([sys.executable, "-c", textwrap.dedent(code)], timeout, env))
+
+
+def child_process(
+    path: Path, *args: object, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the program at `path` with `args` (as strings) in a fresh interpreter, mgtutor importable."""
+    return _run([sys.executable, str(path), *map(str, args)], timeout, env)
+
+
+def run_child(path: Path, *args: object, timeout: float = 300, env: dict[str, str] | None = None) -> dict:
+    """`run_python` for a program in a file: `child_process`, then the JSON object its stdout ends with."""
+    return _json_result(child_process(path, *args, timeout=timeout, env=env))
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with `env`; ROOT first on PYTHONPATH (a script's own folder is not ROOT)."""
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **(env or {})}
+
+
+def _run(command: list[str], timeout: float, env: dict[str, str] | None) -> subprocess.CompletedProcess:
+    env = child_env(env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def _json_result(result: subprocess.CompletedProcess) -> dict:
     if result.returncode != 0:
         pytest.fail(f"child process failed ({result.returncode}):\n{result.stderr[-4000:]}")
     lines = [line for line in result.stdout.splitlines() if line.strip()]

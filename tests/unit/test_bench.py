@@ -20,7 +20,7 @@ import pytest
 
 from mgtutor import amdahl, bench, scaling, throughput
 from mgtutor.throughput import pipeline_images_per_second
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, run_child
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LENET_PARAMS_32X32X3 = 657_080  # build_lenet((32, 32, 3), 10).count_params()
@@ -113,21 +113,11 @@ def test_cli_study_on_one_and_two_devices(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["scaling.json", "scaling.png"]  # no temp files left
 
 
-TOWERS_CHILD = """
-import json
-from mgtutor.throughput import measure_training
-
-runs = [
-    measure_training(2, model="lenet", pipeline=pipeline, strategy="towers", batch_size_per_replica=8,
-                     steps=2, warmup_steps=1, samples=64, seed=0)
-    for pipeline in ("flow", "tf.data", "layers")
-]
-print(json.dumps(runs))
-"""
+TOWERS_CHILD = ROOT / "tests" / "unit" / "towers_child.py"
 
 
 def test_towers_with_the_augmented_pipelines_on_two_devices():
-    runs = run_python(TOWERS_CHILD, timeout=600)
+    runs = run_child(TOWERS_CHILD, timeout=600)
     assert [run["pipeline"] for run in runs] == ["flow", "tf.data", "layers"]
     for run in runs:
         assert run["strategy"] == "towers" and run["devices"] == 2 and len(run["device_names"]) == 2

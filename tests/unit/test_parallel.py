@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import ROOT, run_child
 
 # Forward: a softmax output lies in [0, 1], so a few float32 ulps are ~1e-7
 # (measured: 3e-8 at 2 devices, 4.5e-8 at 4).
@@ -30,167 +30,14 @@ FORWARD_ATOL = 1e-6
 TRAIN_ATOL = 1e-5
 MIN_UPDATE = 1e-3
 
-CHILD = """
-import json
-import os
-import tempfile
-import warnings
-
-import mgtutor.parallel as par
-from mgtutor.devices import setup_devices
-
-N = __N__
-# Importing mgtutor.parallel must leave TF unstarted, else this raises.
-setup_devices(N, verbose=False)
-
-import keras
-import numpy as np
-import tensorflow as tf
-
-out = {"n": N, "devices": list(par.available_devices())}
-rng = np.random.default_rng(0)
-x = rng.random((96, 8, 8, 3), dtype=np.float32)
-y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 96)]
-STEPS, BATCH = 3, 32
-
-
-def cnn(batch_norm=False):
-    layers = [keras.Input((8, 8, 3)), keras.layers.Conv2D(8, 3, activation="relu")]
-    if batch_norm:  # and dropout: state updates and random masks inside towers and tf.cond
-        layers += [keras.layers.BatchNormalization(), keras.layers.Dropout(0.2)]
-    layers += [keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")]
-    return keras.Sequential(layers)
-
-
-def compile_sgd(model):
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy",
-                  jit_compile=False)
-
-
-def biggest_change(before, model):
-    return max(float(np.abs(a - b).max()) for a, b in zip(before, model.get_weights()))
-
-
-keras.utils.set_random_seed(0)
-template = cnn()
-initial = template.get_weights()
-reference = par.copy_model(template)        # same weights, one device, no towers
-towers = par.multi_gpu_model(template, N)
-
-# (d) shared weights: the wrapper's variables are the template's own objects
-out["same_variables"] = [id(v) for v in towers.weights] == [id(v) for v in template.weights]
-out["n_weights"] = [len(towers.weights), len(template.weights)]
-
-# (a) forward
-batch = x[:BATCH]
-sizes = par.split_sizes(BATCH, [1] * N)
-by_slice = np.concatenate([template(s).numpy() for s in np.split(batch, np.cumsum(sizes)[:-1])])
-out["forward_vs_slices"] = float(np.abs(towers(batch).numpy() - by_slice).max())
-out["forward_vs_template"] = par.max_output_difference(towers, reference, x, batch_size=BATCH)
-
-# (b) k steps of towers == k steps of the template alone
-compile_sgd(towers)
-compile_sgd(reference)
-par.train_steps(towers, x, y, STEPS, BATCH)
-par.train_steps(reference, x, y, STEPS, BATCH)
-out["towers_vs_single"] = par.max_weight_difference(template, reference)
-out["towers_update"] = biggest_change(initial, template)   # (d) the template itself trained
-
-# (c) the same steps under MirroredStrategy over the N devices, from the same
-# initial weights: it must land where the single-device reference did
-strategy = par.mirrored_strategy()
-out["replicas"] = strategy.num_replicas_in_sync
-mirrored = par.copy_model(reference, strategy=strategy)
-mirrored.set_weights(initial)
-with strategy.scope():
-    compile_sgd(mirrored)
-par.train_steps(mirrored, x, y, STEPS, BATCH)
-out["mirrored_vs_single"] = par.max_weight_difference(mirrored, reference)
-out["mirrored_update"] = biggest_change(initial, mirrored)
-try:
-    par.mirrored_strategy(1)
-    out["second_count_refused"] = ""
-except RuntimeError as err:
-    out["second_count_refused"] = str(err)
-
-# (e) batches smaller than the towers, in eager, in a traced step with a known
-# batch, and in one with an unknown batch (the dynamic tf.cond path)
-small = x[:3]
-out["split_of_3"] = par.split_sizes(3, [1] * N)
-out["small_eager"] = float(np.abs(towers(small).numpy() - template(small).numpy()).max())
-dynamic = tf.function(lambda t: towers(t), input_signature=[tf.TensorSpec([None, 8, 8, 3])])
-out["small_dynamic"] = float(np.abs(dynamic(small).numpy() - template(small).numpy()).max())
-out["full_dynamic"] = float(np.abs(dynamic(batch).numpy() - template(batch).numpy()).max())
-before = template.get_weights()
-loss = towers.train_on_batch(small, y[:3])
-out["small_step_loss"] = float(loss)
-out["small_step_update"] = biggest_change(before, template)
-# 35 = one batch of 32 and a last batch of 3 (dynamic path); BatchNormalization
-# must not see an empty slice (it would write NaN into the shared moving statistics).
-bn_template = cnn(batch_norm=True)
-bn_towers = par.multi_gpu_model(bn_template, N)
-compile_sgd(bn_towers)
-history = bn_towers.fit(x[:35], y[:35], batch_size=32, epochs=1, verbose=0, shuffle=False)
-out["bn_loss"] = history.history["loss"][-1]
-bn = bn_template.layers[1]
-stats = [bn.moving_mean.numpy(), bn.moving_variance.numpy()]
-out["bn_stats_finite"] = bool(all(np.isfinite(s).all() for s in stats))
-
-if N == 2:
-    uneven_template = cnn()
-    uneven = par.multi_gpu_model(uneven_template, [0, 1], split=[2, 1])
-    out["uneven_sizes"] = par.split_sizes(31, [2, 1])
-    got, want = uneven(x[:31]).numpy(), uneven_template(x[:31]).numpy()
-    out["uneven_predict"] = float(np.abs(got - want).max())
-    compile_sgd(uneven)
-    out["uneven_loss"] = float(uneven.train_on_batch(x[:31], y[:31]))
-
-    # Multi-output template, dict losses by output name.
-    inputs = keras.Input((8, 8, 3))
-    flat = keras.layers.Flatten()(inputs)
-    two = keras.Model(inputs, [keras.layers.Dense(10, activation="softmax", name="cls")(flat),
-                               keras.layers.Dense(1, name="reg")(flat)])
-    two_towers = par.multi_gpu_model(two, 2)
-    got, want = two_towers(x), two(x)
-    out["multi_output_shapes"] = [list(g.shape) for g in got]
-    out["multi_output_diff"] = max(float(np.abs(np.asarray(g) - np.asarray(w)).max())
-                                   for g, w in zip(got, want))
-    two_towers.compile(optimizer="sgd", loss={"cls": "categorical_crossentropy", "reg": "mse"})
-    history = two_towers.fit(x, {"cls": y, "reg": y[:, :1]}, batch_size=32, verbose=0)
-    out["multi_output_loss"] = history.history["loss"][-1]
-
-    # XLA would compile all towers for one device: jit_compile=True is turned off.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        uneven.compile(optimizer="sgd", loss="categorical_crossentropy", jit_compile=True)
-    out["jit_compile"] = uneven.jit_compile
-    out["jit_warning"] = any("jit_compile" in str(w.message) for w in caught)
-    out["uneven_config_split"] = uneven.get_config()["split"]
-    no_merge = par.multi_gpu_model(uneven_template, 2, cpu_merge=False)
-    out["no_merge_diff"] = float(np.abs(no_merge(batch).numpy() - uneven_template(batch).numpy()).max())
-
-    # The Keras 2 alias, and a save/load round trip of the wrapper.
-    def batches():
-        while True:
-            for i in range(0, 96, 32):
-                yield x[i:i + 32], y[i:i + 32]
-    history = towers.fit_generator(batches(), steps_per_epoch=3, epochs=2, verbose=0)
-    out["alias_losses"] = history.history["loss"]
-    path = os.path.join(tempfile.mkdtemp(), "towers.keras")
-    towers.save(path)
-    loaded = keras.saving.load_model(path)
-    out["loaded_type"] = type(loaded).__name__
-    out["loaded_diff"] = float(np.abs(loaded(x).numpy() - towers(x).numpy()).max())
-
-print(json.dumps(out))
-"""
+CHILD = ROOT / "tests" / "unit" / "parallel_child.py"
 
 
 @pytest.fixture(scope="module")
 def parity() -> dict[int, dict]:
     """Run the 2- and the 4-device children side by side; their JSON by device count."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {n: pool.submit(run_python, CHILD.replace("__N__", str(n))) for n in (2, 4)}
+        futures = {n: pool.submit(run_child, CHILD, n) for n in (2, 4)}
         results = {n: future.result() for n, future in futures.items()}
     for n, result in results.items():
         print(f"parity at {n} devices: {result}")
