@@ -8,8 +8,6 @@ start pauses after PAUSES_JSON[k] batches. At the end it saves its weights as
 OUT.npz and prints its History as one JSON object, the last line of stdout.
 """
 
-# One training run, resumable. The test starts it, SIGKILLs it mid-epoch and
-# starts it again with the very same command line.
 import contextlib
 import json
 import os
