@@ -130,21 +130,6 @@ def report_result(values: Mapping[str, Any]) -> None:
     print(RESULT_MARK + json.dumps(dict(values), default=plain), flush=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (a zombie has ended; only its exit status is left)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 def processes_in_group(pgid: int) -> list[int]:
     """Live processes whose process group is `pgid` (read from /proc; empty where there is none)."""
     found = []
@@ -161,6 +146,38 @@ def processes_in_group(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             found.append(int(entry.name))
     return found
+
+
+# --------------------------------------------------------------------------- this worker's place
+
+
+def _current_strategy() -> Any:
+    import tensorflow as tf  # only here: the launcher never loads TensorFlow
+
+    return tf.distribute.get_strategy()
+
+
+def is_chief(strategy: Any = None) -> bool:
+    """True for the worker that writes checkpoints and logs (always, with one process)."""
+    strategy = strategy or _current_strategy()
+    return bool(strategy.extended.should_checkpoint)
+
+
+def num_workers(strategy: Any = None) -> int:
+    """How many processes train together under `strategy` (1 unless multi-worker)."""
+    strategy = strategy or _current_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
+
+
+def worker_index(strategy: Any = None) -> int:
+    """This worker's task index in ``TF_CONFIG`` (0 with one process)."""
+    strategy = strategy or _current_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return int(getattr(resolver, "task_id", None) or 0)
 
 
 # --------------------------------------------------------------------------- results
