@@ -71,8 +71,7 @@ def pipeline_images_per_second(batches: Iterable[Any], n_batches: int, *, warmup
     starting workers), which would otherwise dominate a short measurement.
     """
     for name, value, minimum in (("n_batches", n_batches, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
+        check_whole(name, value, minimum)
     iterator = iter(batches)
     for batch in itertools.islice(iterator, warmup):
         _materialise(batch)
