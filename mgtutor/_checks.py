@@ -20,3 +20,12 @@ def check_whole(name: str, value: Any, minimum: int, hint: str = "") -> int:
         message = f"{name} must be a whole number >= {minimum}, got {value!r}."
         raise ValueError(f"{message} {hint}" if hint else message)
     return int(value)
+
+
+def check_seed(seed: Any, name: str = "seed") -> int | None:
+    """`seed` as an int, or None (no seed); else a ValueError naming `name` with an example."""
+    if seed is None:
+        return None
+    if not is_whole(seed) or seed < 0:
+        raise ValueError(f"{name} must be None or a whole number >= 0, got {seed!r}; pass e.g. {name}=0.")
+    return int(seed)

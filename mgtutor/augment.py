@@ -70,13 +70,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mgtutor._checks import check_whole
+from mgtutor._checks import check_seed, check_whole
 from mgtutor.augment_checks import (
     _check_flag,
     _check_images,
     _check_keras2_options,
     _check_lengths,
-    _check_seed,
     _check_settings,
     _fresh_seed,
     _GeneratorBase,
@@ -273,7 +272,7 @@ class ImageDataGenerator(_GeneratorBase):
         x = _check_images(x, "x", "fit")
         augment = _check_flag(augment, "augment")
         rounds = check_whole("rounds", rounds, 1)
-        seed = _check_seed(seed)
+        seed = check_seed(seed)
         if not self._featurewise:
             return  # nothing to learn (Keras 2 copied the data and computed nothing)
         features = int(np.prod(x.shape[1:]))
@@ -383,7 +382,7 @@ class ImageDataGenerator(_GeneratorBase):
         """Random parameters for one image of `img_shape` (height, width, channels), Keras 2's keys."""
         if len(img_shape) != 3:
             raise ValueError(f"img_shape must be (height, width, channels), got {tuple(img_shape)!r}.")
-        seed = _check_seed(seed)
+        seed = check_seed(seed)
         rng = np.random.default_rng(seed if seed is not None else _fresh_seed())
         drawn = self._draw(1, int(img_shape[0]), int(img_shape[1]), rng)
         return {
@@ -516,7 +515,7 @@ class ImageDataGenerator(_GeneratorBase):
         sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float32)
         _check_lengths(x, y, sample_weight, where)
         batch_size = check_whole("batch_size", batch_size, 1)
-        seed = _check_seed(seed)
+        seed = check_seed(seed)
         self._check_fitted(where, x.shape[1:])
         return x, y, sample_weight, batch_size, seed
 

@@ -53,14 +53,6 @@ def _check_flag(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be True or False, got {value!r}.")
 
 
-def _check_seed(seed: Any, name: str = "seed") -> int | None:
-    if seed is None:
-        return None
-    if not is_whole(seed) or seed < 0:
-        raise ValueError(f"{name} must be None or a whole number >= 0, got {seed!r}; pass e.g. {name}=0.")
-    return int(seed)
-
-
 def _fresh_seed() -> int:
     # Drawn from NumPy's global generator, as Keras 2 drew everything, so a
     # tutorial's np.random.seed(...) (or keras.utils.set_random_seed) still

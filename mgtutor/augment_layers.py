@@ -10,8 +10,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import is_whole
-from mgtutor.augment_checks import _check_seed, _GeneratorBase
+from mgtutor._checks import check_seed, is_whole
+from mgtutor.augment_checks import _GeneratorBase
 
 
 @keras.saving.register_keras_serializable(package="mgtutor")
@@ -88,7 +88,7 @@ def augmentation_layers(
     """
     if not isinstance(generator, _GeneratorBase):
         raise TypeError(f"generator must be an mgtutor ImageDataGenerator, got {type(generator).__name__}.")
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if input_shape is not None and (
         not isinstance(input_shape, tuple | list)
         or len(input_shape) != 3

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor.augment_checks import _check_seed, _fresh_seed, _GeneratorBase, _Shift
+from mgtutor._checks import check_seed
+from mgtutor.augment_checks import _fresh_seed, _GeneratorBase, _Shift
 from mgtutor.augment_resample import _affine, _axis_lookup
 
 
@@ -172,7 +173,7 @@ def augment_dataset(dataset: Any, generator: _GeneratorBase, *, seed: int | None
             f"dataset must be a tf.data.Dataset, got {type(dataset).__name__}; for arrays use "
             "generator.as_dataset(x, y, batch_size)."
         )
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     spec = dataset.element_spec
     tuple_like = isinstance(spec, tuple)
     images_spec = spec[0] if tuple_like and spec else spec

@@ -41,7 +41,7 @@ def baseline_key(
 
 def save_baseline(history: Any, key: str, folder: str | os.PathLike, seconds: float) -> Path:
     """Keep a trained baseline's History (or its ``.history`` dict) in `folder` for other notebooks."""
-    from mgtutor.saving import atomic_write
+    from mgtutor.files import atomic_write
 
     curves = getattr(history, "history", history)
     target = Path(os.fspath(folder)) / f"{_PREFIX}{key}.json"

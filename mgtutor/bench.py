@@ -135,8 +135,8 @@ def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], ti
 
 
 def _write_outputs(results: dict[str, Any], output: Path) -> dict[str, str]:
+    from mgtutor.files import atomic_write
     from mgtutor.plots import plot_scaling
-    from mgtutor.saving import atomic_write
 
     output.mkdir(parents=True, exist_ok=True)
     paths = {"json": str(output / RESULTS_FILE), "plot": str(output / PLOT_FILE)}

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mgtutor._checks import check_whole, is_whole
 from mgtutor._tflog import TF_NOISE
 
 RESULT_MARK = "MGTUTOR_RESULT "
@@ -97,7 +98,7 @@ def tf_config(addresses: Sequence[int | str], index: int, task_type: str = "work
             workers.append(address)
         else:
             raise ValueError(f"addresses: {address!r} is neither a port (1-65535) nor 'host:port'.")
-    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(workers):
+    if not is_whole(index) or not 0 <= index < len(workers):
         raise ValueError(f"index must be a worker number 0..{len(workers) - 1}, got {index!r}.")
     return {"cluster": {"worker": workers}, "task": {"type": task_type, "index": int(index)}}
 
@@ -130,21 +131,6 @@ def report_result(values: Mapping[str, Any]) -> None:
     print(RESULT_MARK + json.dumps(dict(values), default=plain), flush=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (a zombie has ended; only its exit status is left)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 def processes_in_group(pgid: int) -> list[int]:
     """Live processes whose process group is `pgid` (read from /proc; empty where there is none)."""
     found = []
@@ -161,6 +147,38 @@ def processes_in_group(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             found.append(int(entry.name))
     return found
+
+
+# --------------------------------------------------------------------------- this worker's place
+
+
+def _current_strategy() -> Any:
+    import tensorflow as tf  # only here: the launcher never loads TensorFlow
+
+    return tf.distribute.get_strategy()
+
+
+def is_chief(strategy: Any = None) -> bool:
+    """True for the worker that writes checkpoints and logs (always, with one process)."""
+    strategy = strategy or _current_strategy()
+    return bool(strategy.extended.should_checkpoint)
+
+
+def num_workers(strategy: Any = None) -> int:
+    """How many processes train together under `strategy` (1 unless multi-worker)."""
+    strategy = strategy or _current_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
+
+
+def worker_index(strategy: Any = None) -> int:
+    """This worker's task index in ``TF_CONFIG`` (0 with one process)."""
+    strategy = strategy or _current_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return int(getattr(resolver, "task_id", None) or 0)
 
 
 # --------------------------------------------------------------------------- results
@@ -304,8 +322,7 @@ class LocalCluster:
         kill_worker: int | None = None,
         kill_when: str | None = None,
     ) -> None:
-        if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral) or n_workers < 1:
-            raise ValueError(f"n_workers must be a whole number >= 1, got {n_workers!r}.")
+        check_whole("n_workers", n_workers, 1)
         self._watch: tuple[int, re.Pattern[str]] | None = None
         if kill_worker is not None or kill_when is not None:
             self._watch = (_check_kill(kill_worker, kill_when, int(n_workers)), re.compile(kill_when))
@@ -318,8 +335,7 @@ class LocalCluster:
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         ):
             raise TypeError("env must be a dict of str -> str (extra environment variables for the workers).")
-        if isinstance(tail_lines, bool) or not isinstance(tail_lines, int) or tail_lines < 1:
-            raise ValueError(f"tail_lines must be a whole number >= 1, got {tail_lines!r}.")
+        check_whole("tail_lines", tail_lines, 1)
         self.n_workers = int(n_workers)
         self.env = dict(env or {})
         self.stream = bool(stream)
@@ -407,7 +423,7 @@ class LocalCluster:
 
     def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
         """Send `sig` (default SIGKILL, like a crashed machine) to worker `index`'s process group."""
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self._procs):
+        if not is_whole(index) or not 0 <= index < len(self._procs):
             raise ValueError(f"index must be a started worker 0..{len(self._procs) - 1}, got {index!r}.")
         _kill_group(self._procs[index], sig)
 
@@ -534,7 +550,7 @@ def _check_kill(kill_worker: Any, kill_when: Any, n_workers: int) -> int:
             "kill_worker and kill_when go together: which worker to kill, and the output line "
             "(a regular expression) that triggers it, e.g. kill_worker=1, kill_when='checkpoint saved'."
         )
-    if isinstance(kill_worker, bool) or not isinstance(kill_worker, int) or not 0 <= kill_worker < n_workers:
+    if not is_whole(kill_worker) or not 0 <= kill_worker < n_workers:
         raise ValueError(f"kill_worker must be a worker number 0..{n_workers - 1}, got {kill_worker!r}.")
     if not isinstance(kill_when, str) or not kill_when:
         raise TypeError(f"kill_when must be a non-empty regular expression string, got {kill_when!r}.")

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import check_whole
+from mgtutor._checks import check_whole, is_whole
 
 DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
 OFFLINE_ENV = "MGTUTOR_OFFLINE"
@@ -406,10 +406,8 @@ def synthetic_dataset(
     accuracies on it say nothing about accuracies on real images.
     """
     for label, value in (("train_samples", train_samples), ("test_samples", test_samples)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a whole number >= 1, got {value!r}.")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"num_classes must be a whole number >= 2, got {num_classes!r}.")
+        check_whole(label, value, 1)
+    check_whole("num_classes", num_classes, 2)
     height, width, channels = image_shape
     rng = np.random.default_rng(seed)
     total = train_samples + test_samples
@@ -481,7 +479,7 @@ def take_subset(
     """`n` examples, as close to equally many per class as the data allows, in random order."""
     if n is None:
         return x, y
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_whole(n) or n < 1:
         raise ValueError(f"{parameter} must be a whole number >= 1 or None, got {n!r}.")
     if n > len(y):
         raise ValueError(f"{parameter}={n} but only {len(y)} examples exist; use at most {len(y)}.")
@@ -538,8 +536,7 @@ def make_dataset(
     Under a distribution strategy ``batch_size`` is the *global* batch, the
     per-replica batch times the number of replicas.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}.")
+    check_whole("batch_size", batch_size, 1)
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length: {len(x)} images, {len(y)} labels.")
     import tensorflow as tf

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mgtutor._checks import check_whole, is_whole
 from mgtutor._tflog import quiet_python_logs, quiet_tensorflow
 
 DEFAULT_GPU_MEMORY_LIMIT_MB = 2048
@@ -39,9 +40,7 @@ class DeviceSetup:
 
 
 def _check_count(n: Any) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n_devices must be a whole number >= 1, got {n!r}; pass e.g. n_devices=2.")
-    return n
+    return check_whole("n_devices", n, 1, "Pass e.g. n_devices=2.")
 
 
 def setup_devices(
@@ -59,9 +58,7 @@ def setup_devices(
     TensorFlow's log chatter out of the notebook (`mgtutor._tflog.quiet_tensorflow`).
     """
     n_devices = _check_count(n_devices)
-    if isinstance(gpu_memory_limit_mb, bool) or not isinstance(gpu_memory_limit_mb, int) or (
-        gpu_memory_limit_mb < 64
-    ):
+    if not is_whole(gpu_memory_limit_mb) or gpu_memory_limit_mb < 64:
         raise ValueError(
             f"gpu_memory_limit_mb must be a whole number of MB >= 64, got {gpu_memory_limit_mb!r}."
         )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-from mgtutor._checks import is_whole
+from mgtutor._checks import check_seed, is_whole
 
 if TYPE_CHECKING:
     import keras
@@ -63,14 +63,6 @@ def _check_num_classes(num_classes: Any) -> int:
     return int(num_classes)
 
 
-def _check_seed(seed: Any) -> int | None:
-    if seed is not None and (not is_whole(seed) or seed < 0):
-        raise ValueError(
-            f"seed must be None or a whole number >= 0, got {seed!r}; pass e.g. seed=0."
-        )
-    return None if seed is None else int(seed)
-
-
 def _apply_seed(seed: int | None) -> None:
     """Seed Python, NumPy and TensorFlow when asked.
 
@@ -107,7 +99,7 @@ def build_seed_cnn(
     """
     _check_input_shape(input_shape, SEED_CNN_MIN_SIZE, "build_seed_cnn")
     num_classes = _check_num_classes(num_classes)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if not isinstance(dropout, bool):
         raise ValueError(f"dropout must be True or False, got {dropout!r}.")
     import keras
@@ -199,7 +191,7 @@ def build_lenet(
     """
     _check_input_shape(input_shape, LENET_MIN_SIZE, "build_lenet")
     num_classes = _check_num_classes(num_classes)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     import keras
     from keras import layers
 
@@ -282,7 +274,7 @@ def build_minigooglenet(
     """
     _check_input_shape(input_shape, MINIGOOGLENET_MIN_SIZE, "build_minigooglenet")
     num_classes = _check_num_classes(num_classes)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if synchronized is not None and not isinstance(synchronized, bool):
         raise ValueError(
             f"synchronized must be True, False or None (automatic: True under a strategy with "
@@ -335,7 +327,7 @@ def build_xception(
     """
     _check_input_shape(input_shape, XCEPTION_MIN_SIZE, "build_xception")
     num_classes = _check_num_classes(num_classes)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     import keras
 
     _apply_seed(seed)

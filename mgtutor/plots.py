@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from mgtutor._checks import check_whole
 from mgtutor.scaling import read_scaling, with_speedups
 
 
@@ -30,8 +31,7 @@ def show_images(
     title: str | None = None,
 ):
     """A grid of up to `limit` images with their class names as captions."""
-    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
-        raise ValueError(f"ncols must be a whole number >= 1, got {ncols!r}.")
+    check_whole("ncols", ncols, 1)
     shown = np.asarray(images)[:limit]
     if len(shown) == 0:
         raise ValueError("images is empty: pass at least one image.")

@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from mgtutor._checks import check_whole
-from mgtutor.saving import ModelFileError, atomic_write, save_model
+from mgtutor.files import atomic_write
+from mgtutor.saving import ModelFileError, save_model
 
 STATE_FILE = "resume-state.npz"
 EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}

@@ -16,11 +16,9 @@ from __future__ import annotations
 import argparse
 import ast
 import html
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import shlex
 import sys
 import time
@@ -30,8 +28,9 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from mgtutor._system import machine as _machine
+from mgtutor.files import atomic_write
 from mgtutor.records import MIME_TYPE, read_records
-from mgtutor.saving import atomic_write
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
@@ -172,23 +171,6 @@ def _progress_bar() -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the run
-
-
-def _machine() -> dict[str, Any]:
-    """Where the run happened, from cheap sources (importing TensorFlow here would cost seconds)."""
-    versions = {}
-    for package in ("tensorflow", "keras"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return {
-        "hostname": platform.node(),
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        **versions,
-    }
 
 
 def _new_run_dir(runs_dir: Path) -> Path:
@@ -435,7 +417,7 @@ def index_html(report: dict[str, Any]) -> str:
         if "n_devices" in e.get("records", {})
     ][:1]
     machine_text = ", ".join(
-        [f"{machine['hostname']}", f"{machine['cores']} cores", f"TensorFlow {machine['tensorflow']}",
+        [f"{machine['hostname']}", f"{machine['cpu_count']} cores", f"TensorFlow {machine['tensorflow']}",
          f"Keras {machine['keras']}", f"Python {machine['python']}", *devices]
     )  # fmt: skip
     overrides = ", ".join(f"{k} = {v!r}" for k, v in report["overrides"].items()) or "none (defaults)"

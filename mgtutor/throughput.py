@@ -20,12 +20,12 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import platform
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mgtutor._checks import check_whole
+from mgtutor._system import machine as _machine
 
 PIPELINES = ("synthetic", "in_memory", "flow", "tf.data", "layers")
 PIPELINE_DESCRIPTIONS = {
@@ -71,8 +71,7 @@ def pipeline_images_per_second(batches: Iterable[Any], n_batches: int, *, warmup
     starting workers), which would otherwise dominate a short measurement.
     """
     for name, value, minimum in (("n_batches", n_batches, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
+        check_whole(name, value, minimum)
     iterator = iter(batches)
     for batch in itertools.islice(iterator, warmup):
         _materialise(batch)
@@ -127,17 +126,6 @@ def _check_run_args(
 
 
 # --------------------------------------------------------------------------- one configuration
-
-
-def _machine() -> dict[str, Any]:
-    """Facts about this process that decide what a speed-up can be."""
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": affinity,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
 
 
 def _load_training_images(dataset: str, data_path: Any, samples: int | None, seed: int):
@@ -315,10 +303,10 @@ def _measure(
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "load_before": load_before,
         "load_after": load_after,
+        "pid": os.getpid(),
+        **_machine(),  # then the versions TensorFlow and Keras report, which win
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
-        "pid": os.getpid(),
-        **_machine(),
     }
 
 

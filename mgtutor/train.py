@@ -19,6 +19,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from mgtutor._checks import check_whole
 from mgtutor.streams import EndlessBatches, is_sequence_like
 
 # Keras 2's defaults for the loader arguments: any other value was a request.
@@ -213,8 +214,8 @@ def fit_generator(
         ("epochs", epochs, 1),
         ("initial_epoch", initial_epoch, 0),
     ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
+        if value is not None:
+            check_whole(name, value, minimum)
     if class_weight is not None and not isinstance(class_weight, dict):
         raise TypeError(
             f"class_weight must be a dict {{class index: weight}}, got {type(class_weight).__name__}."
@@ -323,8 +324,7 @@ class Throughput(keras.callbacks.Callback):
         ):
             if value is None and name != "global_batch":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
+            check_whole(name, value, 1)
         self.global_batch = global_batch
         self.images_per_epoch = images_per_epoch
         self.steps_per_epoch = steps_per_epoch

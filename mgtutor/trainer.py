@@ -68,6 +68,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgtutor._checks import check_whole
+from mgtutor.cluster import is_chief, num_workers, worker_index
 from mgtutor.parallel import check_batch_divisible
 
 CHECKPOINT_NAME = "ckpt"
@@ -113,29 +114,6 @@ def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
             "script. Note that on a CPU each worker trains on one device whatever "
             "setup_devices() says; on a GPU machine it uses every GPU of the worker."
         ) from err
-
-
-def is_chief(strategy: Any = None) -> bool:
-    """True for the worker that writes checkpoints and logs (always, with one process)."""
-    strategy = strategy or tf.distribute.get_strategy()
-    return bool(strategy.extended.should_checkpoint)
-
-
-def num_workers(strategy: Any = None) -> int:
-    """How many processes train together under `strategy` (1 unless multi-worker)."""
-    strategy = strategy or tf.distribute.get_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None:
-        return 1
-    jobs = resolver.cluster_spec().as_dict()
-    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
-
-
-def worker_index(strategy: Any = None) -> int:
-    """This worker's task index in ``TF_CONFIG`` (0 with one process)."""
-    strategy = strategy or tf.distribute.get_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return int(getattr(resolver, "task_id", None) or 0)
 
 
 def weights_digest(model: keras.Model) -> str:
