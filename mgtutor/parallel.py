@@ -475,7 +475,7 @@ def max_weight_difference(model_a: keras.Model, model_b: keras.Model) -> float:
     return worst
 
 
-def _predict_eagerly(model: keras.Model, x: Any, batch_size: int) -> list[np.ndarray]:
+def _predictions(model: keras.Model, x: Any, batch_size: int) -> list[np.ndarray]:
     strategy = getattr(model, "distribute_strategy", None)
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         # Live under its strategy: each replica predicts its slice with its own copies (BatchNorm).
@@ -496,7 +496,7 @@ def max_output_difference(
     strategy: ``predict`` runs it as training does, each replica on its slice.
     """
     size = len(x) if batch_size is None else batch_size
-    out_a, out_b = _predict_eagerly(model_a, x, size), _predict_eagerly(model_b, x, size)
+    out_a, out_b = _predictions(model_a, x, size), _predictions(model_b, x, size)
     pairs = zip(out_a, out_b, strict=True)
     return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in pairs)
 

@@ -250,7 +250,8 @@ def _(records: dict, p: dict) -> None:
     noise = records["batch_mean_noise"]
     assert noise["4"] > noise["8"] > noise["16"] > noise["32"] > noise["64"]
     assert 1.5 < noise["8"] / noise["32"] < 2.6  # 1/sqrt(batch): x2 from 8 to 32 images
-    assert isinstance(records["dropout_masks_identical_across_replicas"], bool)
+    # Measured on TF 2.21 + Keras 3.15, and what the notebook says: every replica draws the same mask.
+    assert records["dropout_masks_identical_across_replicas"] is True
     split = records["last_batch_split"]
     assert sum(split["mirrored"]) == sum(split["towers"])
     assert max(split["mirrored"]) - min(split["mirrored"]) <= 1  # as even as it gets
