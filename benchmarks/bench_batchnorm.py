@@ -53,8 +53,8 @@ def run(devices: int, per_replica: int, samples: int, epochs: int, size: int) ->
     models = {}
     for config in CONFIGS:
         with strategy.scope():
-            model = mgtutor.build_minigooglenet(
-                (size, size, 3), 10, seed=0, synchronized=config == "synchronized"
+            model = mgtutor.build_model(
+                "minigooglenet", (size, size, 3), 10, seed=0, synchronized=config == "synchronized"
             )
             model.compile(optimizer=keras.optimizers.SGD(0.01), loss="categorical_crossentropy",
                           jit_compile=False)  # fmt: skip

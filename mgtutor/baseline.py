@@ -64,19 +64,26 @@ def find_baseline(key: str, folder: str | os.PathLike) -> tuple[dict[str, list[f
 def one_device_baseline(
     x: np.ndarray, y: np.ndarray, validation_data: tuple[np.ndarray, np.ndarray], *,
     epochs: int, batch_size: int, learning_rate: float, seed: int, folder: str | os.PathLike,
-    device: str | None = None,
+    device: str | None = None, trained: tuple[Any, float] | None = None,
 ) -> dict[str, list[float]]:  # fmt: skip
     """The seed CNN trained with Adam on ONE device: its History dict, reused when already trained.
 
-    The same data, epochs, batch, learning rate and seed give the same baseline, so
-    a run kept by notebook 02 (or an earlier run of this notebook) is reused; say so
-    in the output, with where it came from.
+    The same data, epochs, batch, learning rate and seed give the same baseline; a kept
+    run is reused and the output says where from. ``trained=(history, seconds)`` keeps a
+    run the caller trained with this recipe (notebook 02) as the baseline instead.
     """
     epochs = check_whole("epochs", epochs, 1)
     batch_size = check_whole("batch_size", batch_size, 1)
     seed = check_whole("seed", seed, 0)
+    if trained is not None and (not isinstance(trained, tuple) or len(trained) != 2):
+        raise ValueError(f"trained must be (history, seconds) of the caller's own run, got {trained!r}.")
     key = baseline_key(x, y, validation_data, epochs=epochs, batch_size=batch_size,
                        learning_rate=learning_rate, seed=seed)  # fmt: skip
+    if trained is not None:
+        history, seconds = trained
+        path = save_baseline(history, key, folder, float(seconds))
+        print(f"one-device baseline: kept in {path} for the later notebooks")
+        return dict(getattr(history, "history", history))
     found = find_baseline(key, folder)
     if found is not None:
         history, path, seconds = found

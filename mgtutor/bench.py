@@ -183,7 +183,7 @@ def scaling_study(
     seconds per child. Weak scaling (the default) keeps `batch_size_per_replica`,
     so the global batch grows with the devices; strong scaling, with
     `global_batch`, keeps the global batch and gives each of n devices
-    ``global_batch // n``. Returns ``{"settings", "runs", "reading", "elapsed_s"}``
+    ``global_batch // n``. Returns ``{"settings", "runs", "reading", "table", "elapsed_s"}``
     (runs gain ``speedup`` and ``efficiency``: see `with_speedups`); with
     `output`, also writes ``scaling.json`` and ``scaling.png`` there, atomically.
     """
@@ -261,6 +261,7 @@ def scaling_study(
         "pipeline_descriptions": {p: PIPELINE_DESCRIPTIONS[p] for p in pipelines},
         "runs": runs,
         "reading": read_scaling(runs),
+        "table": format_table(runs),
         "elapsed_s": time.perf_counter() - start,
     }
     if output is not None:
@@ -416,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BenchmarkError as err:
         print(f"python -m mgtutor.bench: {err}", file=sys.stderr)
         return 1
-    print(format_table(results["runs"]))
+    print(results["table"])
     print()
     for line in results["reading"]["lines"]:
         print(f"- {line}")

@@ -15,6 +15,7 @@ The models assume Keras' default ``channels_last`` image layout.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from numbers import Real
 from typing import TYPE_CHECKING, Any
@@ -353,10 +354,22 @@ def build_model(
     num_classes: int,
     *,
     seed: int | None = None,
+    **options: Any,
 ) -> keras.Model:
-    """Build one of `MODEL_BUILDERS` by name, e.g. ``build_model("lenet", (28, 28, 1), 10)``."""
+    """Build one of `MODEL_BUILDERS` by name, e.g. ``build_model("lenet", (28, 28, 1), 10)``.
+
+    `options` go to that model's builder, e.g. ``dropout=False`` for ``"seed_cnn"``.
+    """
     if not isinstance(name, str) or name not in MODEL_BUILDERS:
         raise ValueError(
             f"model name must be one of {', '.join(sorted(MODEL_BUILDERS))}; got {name!r}."
         )
-    return MODEL_BUILDERS[name](input_shape, num_classes, seed=seed)
+    builder = MODEL_BUILDERS[name]
+    accepted = set(inspect.signature(builder).parameters) - {"input_shape", "num_classes", "seed"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"build_model({name!r}, ...) got unknown option(s) {', '.join(unknown)}; "
+            f"{name} accepts: {', '.join(sorted(accepted)) or 'no options'}."
+        )
+    return builder(input_shape, num_classes, seed=seed, **options)

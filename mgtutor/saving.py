@@ -178,7 +178,7 @@ def check_replica_copies(model: Any) -> None:
             "its own copy of the moving mean and variance from its own slice of the batch, and "
             "Keras would save replica 0's copy only, so the file would predict unlike the model "
             "you trained. Either call mgtutor.average_replica_copies(model) before saving (the "
-            "mgtutor.AverageReplicaCopies() callback does it at each epoch end), or build the "
+            "mgtutor.batchnorm.AverageReplicaCopies() callback does it at each epoch end), or build the "
             "model with BatchNormalization(synchronized=True) (mgtutor.sync_batchnorm(model) "
             "switches an existing model before training; build_minigooglenet does it under a "
             "strategy). Nothing was written."

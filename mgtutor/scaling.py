@@ -1,7 +1,7 @@
 """Read a scaling study's numbers: speed-up, efficiency, the bottleneck, a table.
 
 Plain arithmetic on the runs `mgtutor.bench.scaling_study` (or
-`mgtutor.measure_training`) records: no TensorFlow, no plotting, so the
+`mgtutor.throughput.measure_training`) records: no TensorFlow, no plotting, so the
 reading of saved numbers is quick and `mgtutor.plots.plot_scaling` can use it.
 
 Where it ran matters. Logical CPU devices (`mgtutor.setup_devices` without a

@@ -32,7 +32,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mgtutor import DataNotFoundError, ImageDataGenerator, build_lenet, load_mnist  # noqa: E402
+from mgtutor import ImageDataGenerator  # noqa: E402
+from mgtutor.data import DataNotFoundError, load_mnist  # noqa: E402
+from mgtutor.models import build_lenet  # noqa: E402
 from mgtutor.parallel import copy_model, max_weight_difference  # noqa: E402
 
 out = {"early": early}

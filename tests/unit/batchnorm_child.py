@@ -42,7 +42,7 @@ mgtutor.setup_devices(DEVICES, verbose=False)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mgtutor import parallel  # noqa: E402
+from mgtutor import models, parallel  # noqa: E402
 from mgtutor.batchnorm import (  # noqa: E402
     AverageReplicaCopies,
     average_replica_copies,
@@ -83,7 +83,7 @@ def compile_sgd(model) -> None:
 
 def build_minigooglenet(synchronized: bool):
     """From seed 0, in the current dtype policy, without Dropout (its masks differ with the device count)."""
-    return mgtutor.build_minigooglenet((32, 32, 3), 10, seed=0, synchronized=synchronized, dropout=False)
+    return models.build_minigooglenet((32, 32, 3), 10, seed=0, synchronized=synchronized, dropout=False)
 
 
 def minigooglenet(synchronized: bool, distributed: bool, rows: int = N, callbacks=()):
@@ -259,10 +259,10 @@ one_device = parity[False][1]
 out["one_device_spread"] = replica_copy_spread(one_device)
 out["one_device_average"] = average_replica_copies(one_device)
 with strategy.scope():
-    auto = mgtutor.build_minigooglenet((32, 32, 3), 10, seed=0)
+    auto = models.build_minigooglenet((32, 32, 3), 10, seed=0)
 out["auto_under_strategy"] = sorted({layer.synchronized for layer in batchnorm_layers(auto)})
 out["auto_one_device"] = sorted(
-    {layer.synchronized for layer in batchnorm_layers(mgtutor.build_minigooglenet((32, 32, 3), 10, seed=0))}
+    {layer.synchronized for layer in batchnorm_layers(models.build_minigooglenet((32, 32, 3), 10, seed=0))}
 )
 mark("trainer synchronized")
 

@@ -52,7 +52,7 @@ else:
 
 def build() -> keras.Model:
     if args.model == "seed_cnn":
-        return mgtutor.build_seed_cnn(seed=0, dropout=False)
+        return mgtutor.build_model("seed_cnn", (32, 32, 3), 10, seed=0, dropout=False)
     keras.utils.set_random_seed(0)
     # tiny_bn: each replica's BatchNormalization statistics, which the trainer averages across workers.
     batch_norm = [keras.layers.BatchNormalization()] if args.model == "tiny_bn" else []

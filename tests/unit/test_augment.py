@@ -511,7 +511,7 @@ import numpy as np
 import keras
 # --- changed imports: keras.preprocessing.image.ImageDataGenerator and multi_gpu_model ---
 from mgtutor.augment import ImageDataGenerator
-from mgtutor import setup_devices, multi_gpu_model, build_seed_cnn, seed_optimizer
+from mgtutor import setup_devices, multi_gpu_model, build_model, seed_optimizer
 from mgtutor.data import synthetic_dataset
 setup_devices(2)  # after importing mgtutor.augment: the import must not have started TensorFlow
 # --- seed 000's set-up, on a few hundred synthetic CIFAR-sized images ---
@@ -519,7 +519,7 @@ num_classes = 10
 (X_train, y_train), (X_test, y_test) = synthetic_dataset(320, 64, seed=0)
 Y_train = keras.utils.to_categorical(y_train, num_classes)
 Y_test = keras.utils.to_categorical(y_test, num_classes)
-template = build_seed_cnn(X_train.shape[1:], num_classes, seed=0)
+template = build_model("seed_cnn", X_train.shape[1:], num_classes, seed=0)
 before = [w.copy() for w in template.get_weights()]
 model = multi_gpu_model(template, gpus=2)
 opt = seed_optimizer(learning_rate=0.0001, decay=1e-6)

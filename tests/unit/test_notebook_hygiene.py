@@ -12,6 +12,8 @@ from mgtutor.series import find_notebooks, notebook_parameters
 from tests.conftest import ROOT
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
+# `from mgtutor... import (a, b)` or `from mgtutor... import a, b`, in cells and in the scripts they write
+IMPORT_FROM_MGTUTOR = r"^\s*from (mgtutor\S*) import (?:\(([^)]*)\)|([\w, ]+)$)"
 
 
 @pytest.fixture(params=NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
@@ -86,3 +88,25 @@ def test_devices_are_set_up_before_keras_or_tensorflow_is_imported(notebook):
     assert first_setup >= 0, f"{path.name}: call mgtutor.setup_devices before training"
     early = re.findall(r"^(?:import|from) (?:keras|tensorflow)\b.*$", code[:first_setup], flags=re.M)
     assert not early, f"{path.name}: {early} before setup_devices"
+
+
+def test_notebooks_use_only_the_public_api(notebook):
+    # The README promises that the notebooks need nothing but `mgtutor`'s public names; the
+    # worker scripts a notebook writes out count too, since learners copy them.
+    import mgtutor
+
+    path, nb = notebook
+    used = set()
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code":
+            continue
+        submodule = re.search(r"\bmgtutor\.(?!__version__)\w+", source)
+        assert not submodule, f"{path.name}: {submodule.group(0)} is not the public API"
+        for match in re.finditer(IMPORT_FROM_MGTUTOR, source, flags=re.M):
+            where = match.group(1)
+            assert where == "mgtutor", f"{path.name}: imports from {where}, not the public API"
+            names = match.group(2) or match.group(3)
+            used |= {name.strip() for name in names.split(",") if name.strip()}
+    public = set(mgtutor.__all__)
+    assert used <= public, f"{path.name}: not public: {sorted(used - public)}"

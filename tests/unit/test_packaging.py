@@ -39,3 +39,13 @@ def test_every_public_name_resolves():
     for name in mgtutor.__all__:
         assert getattr(mgtutor, name) is not None, name
     assert "setup_devices" in dir(mgtutor)
+
+
+def test_the_public_api_is_small_and_the_readme_lists_it():
+    # Issue 15: at most 50 names, each listed once in the README's "Public API" section, so
+    # a newcomer sees the whole surface in one place; everything else is internal.
+    assert len(mgtutor.__all__) <= 50
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Public API", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"`(\w+)`", section)
+    assert sorted(set(listed) & set(mgtutor.__all__)) == sorted(mgtutor.__all__)

@@ -17,7 +17,7 @@ from keras.models import Sequential
 from keras.layers import Dense, Dropout, Activation, Flatten, Conv2D, MaxPooling2D
 # --- changed imports: the Keras 2 APIs Keras 3 removed ---
 from mgtutor import setup_devices, multi_gpu_model, seed_optimizer
-from mgtutor import load_cifar10 as load_data   # keras.datasets.cifar10.load_data, offline
+from mgtutor.data import load_cifar10 as load_data   # keras.datasets.cifar10.load_data, offline
 setup_devices(4)                                 # 4 simulated GPUs on a CPU-only machine
 # --- seed 000 from here on ---
 num_classes = 10

@@ -60,10 +60,10 @@ elif mode == "tensorflow":
                       "tf_level": logging.getLogger("tensorflow").level}), flush=True)  # fmt: skip
 elif mode == "keras-first":
     # A notebook's import cell: names that import Keras, before setup_devices.
-    from mgtutor import ProgressBar, build_seed_cnn, setup_devices
+    from mgtutor import ProgressBar, build_model, setup_devices
 
     devices = setup_devices(2, verbose=False)
-    model = build_seed_cnn((12, 12, 3), 3, seed=0)
+    model = build_model("seed_cnn", (12, 12, 3), 3, seed=0)
     print(json.dumps({"devices": len(devices), "params": model.count_params(),
                       "bar": ProgressBar.__name__}), flush=True)  # fmt: skip
 else:
