@@ -52,7 +52,7 @@ _EXPORTS = {
     "multi_worker_strategy": "trainer",
     "weights_digest": "trainer",
     "launch": "cluster",
-    "report_result": "cluster",
+    "report_result": "worker",
     # saving and resuming
     "save_model": "saving",
     "load_model": "saving",

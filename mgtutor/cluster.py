@@ -1,42 +1,9 @@
-"""Start a multi-worker TensorFlow job on this machine: N processes, one ``TF_CONFIG`` each.
+"""`launch`: a multi-worker TensorFlow job on this machine, N processes with one ``TF_CONFIG`` each.
 
-``tf.distribute.MultiWorkerMirroredStrategy`` runs one process per machine;
-each learns the cluster and its own place in it from ``TF_CONFIG``::
-
-    {"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}
-
-Worker 0 is the chief (it writes checkpoints and logs). `launch` plays the
-cluster on localhost: it picks free ports, starts N copies of a worker script,
-each in its own process group with its own ``TF_CONFIG``, streams their output
-prefixed ``[worker i]``, and waits. TensorFlow cannot continue without a
-worker (the others block in collective ops until a timeout), so when one
-worker fails the launcher stops the others at once; at the end, on a timeout,
-or on Ctrl-C it kills every process group it started, so no process is left
-behind. It returns each worker's exit status, the tail of its log and the
-values it reported with `report_result` (a line ``MGTUTOR_RESULT {json}``).
-For the fault-tolerance demo, ``kill_worker=1, kill_when="checkpoint saved"``
-kills worker 1 (SIGKILL, like a crashed machine) when a line of any worker
-matches the pattern.
-
-The same worker script runs unchanged on real machines; only who writes
-``TF_CONFIG`` changes:
-
-* by hand or with a job scheduler / ``ssh`` loop: set ``TF_CONFIG`` to
-  ``json.dumps(tf_config(["host0:12345", "host1:12345"], index))`` on each
-  machine, then start the script there;
-* Kubernetes: the Kubeflow Training Operator's ``TFJob`` sets ``TF_CONFIG``
-  in every pod;
-* Slurm: build the strategy from
-  ``tf.distribute.cluster_resolver.SlurmClusterResolver()`` instead of
-  ``TF_CONFIG`` (``tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=...)``),
-  run with ``srun`` one task per node.
-
-Checkpoints must then go to storage every machine reads (NFS, GCS, S3), and
-the job is restarted as a whole after a failure (TensorFlow's fault-tolerance
-pattern: all workers restart and restore the latest checkpoint).
-
-This module imports neither TensorFlow nor Keras: the launcher is a plain
-process supervisor.
+Each worker runs in its own process group; when one fails the others are stopped (a collective
+job cannot go on without it), and at the end every group is killed, so nothing is left behind.
+What a worker script itself uses (its ``TF_CONFIG``, `is_chief`, `report_result`) is in
+`mgtutor.worker`. No TensorFlow is imported here.
 """
 
 from __future__ import annotations
@@ -59,14 +26,21 @@ from pathlib import Path
 from typing import Any
 
 from mgtutor._checks import check_whole, is_whole
+from mgtutor._proctree import kill_tree, new_group, processes_in_group
 from mgtutor._tflog import TF_NOISE
+from mgtutor.worker import (  # noqa: F401  (kept importable from here)
+    RESULT_MARK,
+    is_chief,
+    num_workers,
+    report_result,
+    tf_config,
+    worker_index,
+)
 
-RESULT_MARK = "MGTUTOR_RESULT "
 DEFAULT_TAIL_LINES = 40
 # Measured: TensorFlow's coordination service catches SIGTERM, and a worker waiting for a
-# dead peer outlived it for 10 s. So workers are stopped with SIGKILL; their output is
-# unbuffered, so no log line is lost.
-_STOP_SIGNAL = signal.SIGKILL
+# dead peer outlived it for 10 s. So workers are stopped with the hard kill (SIGKILL; a tree
+# termination on Windows); their output is unbuffered, so no log line is lost.
 _REAP_SECONDS = 5.0
 _POLL_SECONDS = 0.05
 
@@ -82,103 +56,18 @@ class ClusterError(RuntimeError):
 # --------------------------------------------------------------------------- pure helpers
 
 
-def tf_config(addresses: Sequence[int | str], index: int, task_type: str = "worker") -> dict[str, Any]:
-    """The ``TF_CONFIG`` of task `index` in a cluster of workers at `addresses`.
-
-    An int is a port on localhost; a string is ``"host:port"``. Serialize it
-    with ``json.dumps`` into the worker's environment.
-    """
-    if isinstance(addresses, (str, bytes)) or not isinstance(addresses, Sequence) or not addresses:
-        raise ValueError(f"addresses must be a non-empty list of ports or 'host:port', got {addresses!r}.")
-    workers = []
-    for address in addresses:
-        if isinstance(address, numbers.Integral) and not isinstance(address, bool) and 0 < address < 65536:
-            workers.append(f"localhost:{int(address)}")
-        elif isinstance(address, str) and re.fullmatch(r"[^:\s]+:\d{1,5}", address):
-            workers.append(address)
-        else:
-            raise ValueError(f"addresses: {address!r} is neither a port (1-65535) nor 'host:port'.")
-    if not is_whole(index) or not 0 <= index < len(workers):
-        raise ValueError(f"index must be a worker number 0..{len(workers) - 1}, got {index!r}.")
-    return {"cluster": {"worker": workers}, "task": {"type": task_type, "index": int(index)}}
-
-
 def free_ports(count: int) -> list[int]:
     """`count` distinct TCP ports free right now (another program may still take one before TF binds it)."""
     sockets = []
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("", 0))  # all held at once, so the ports differ
+            sock.bind(("127.0.0.1", 0))  # all held at once, so the ports differ
             sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:
             sock.close()
-
-
-def report_result(values: Mapping[str, Any]) -> None:
-    """Print `values` as the worker's result line, for the launcher to collect (numpy values allowed)."""
-    if not isinstance(values, Mapping):
-        raise TypeError(f"values must be a dict of JSON-serializable values, got {type(values).__name__}.")
-
-    def plain(value: Any) -> Any:
-        tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
-        if callable(tolist):
-            return tolist()
-        raise TypeError(f"report_result: {value!r} ({type(value).__name__}) is not JSON-serializable.")
-
-    print(RESULT_MARK + json.dumps(dict(values), default=plain), flush=True)
-
-
-def processes_in_group(pgid: int) -> list[int]:
-    """Live processes whose process group is `pgid` (read from /proc; empty where there is none)."""
-    found = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return found
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
-
-
-# --------------------------------------------------------------------------- this worker's place
-
-
-def _current_strategy() -> Any:
-    import tensorflow as tf  # only here: the launcher never loads TensorFlow
-
-    return tf.distribute.get_strategy()
-
-
-def is_chief(strategy: Any = None) -> bool:
-    """True for the worker that writes checkpoints and logs (always, with one process)."""
-    strategy = strategy or _current_strategy()
-    return bool(strategy.extended.should_checkpoint)
-
-
-def num_workers(strategy: Any = None) -> int:
-    """How many processes train together under `strategy` (1 unless multi-worker)."""
-    strategy = strategy or _current_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None:
-        return 1
-    jobs = resolver.cluster_spec().as_dict()
-    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
-
-
-def worker_index(strategy: Any = None) -> int:
-    """This worker's task index in ``TF_CONFIG`` (0 with one process)."""
-    strategy = strategy or _current_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return int(getattr(resolver, "task_id", None) or 0)
 
 
 # --------------------------------------------------------------------------- results
@@ -378,7 +267,7 @@ class LocalCluster:
                     text=True,
                     errors="replace",
                     bufsize=1,
-                    start_new_session=True,
+                    **new_group(),
                 )
                 self._procs.append(proc)
                 thread = threading.Thread(target=self._read, args=(index, proc), daemon=True)
@@ -421,24 +310,24 @@ class LocalCluster:
             self._event.set()
         self._event.set()
 
-    def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
-        """Send `sig` (default SIGKILL, like a crashed machine) to worker `index`'s process group."""
+    def kill(self, index: int, sig: int | None = None) -> None:
+        """Kill worker `index`'s process group: `sig`, default the hard kill (SIGKILL, a crashed machine)."""
         if not is_whole(index) or not 0 <= index < len(self._procs):
             raise ValueError(f"index must be a started worker 0..{len(self._procs) - 1}, got {index!r}.")
-        _kill_group(self._procs[index], sig)
+        kill_tree(self._procs[index], sig)
 
     def _stop_others(self, failed: int) -> None:
         for index, proc in enumerate(self._procs):
             if index != failed and proc.poll() is None:
                 self._stopped.add(index)
-                self.kill(index, _STOP_SIGNAL)
+                self.kill(index)
 
     def stop(self) -> None:
-        """Kill every worker's process group (SIGKILL), reap the workers, close the pipes."""
+        """Kill every worker's process group (the hard kill), reap the workers, close the pipes."""
         for index, proc in enumerate(self._procs):
             if proc.poll() is None:
                 self._stopped.add(index)
-            _kill_group(proc, _STOP_SIGNAL)  # even when the worker has exited: its children go too
+            kill_tree(proc)  # even when the worker has exited: its children go too
         for proc in self._procs:
             proc.wait()
         # A worker's children die a moment after the SIGKILL: return once they are gone.
@@ -514,17 +403,6 @@ class LocalCluster:
             reason=reason,
             command=tuple(self.argv),
         )
-
-
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the process group `proc` leads, if anything of it is left."""
-    # A reaped worker's pid could in principle be reused, but not while processes of its
-    # group still exist: the kernel keeps a group id taken until its last member is gone.
-    if proc.poll() is None or processes_in_group(proc.pid):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _describe(code: int | None) -> str:

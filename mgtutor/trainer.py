@@ -68,8 +68,8 @@ import numpy as np
 import tensorflow as tf
 
 from mgtutor._checks import check_whole
-from mgtutor.cluster import is_chief, num_workers, worker_index
 from mgtutor.parallel import check_batch_divisible
+from mgtutor.worker import is_chief, num_workers, worker_index
 
 CHECKPOINT_NAME = "ckpt"
 KEEP_CHECKPOINTS = 2

@@ -1,11 +1,12 @@
 """Execute every notebook of the series with tiny parameters and check the values it records.
 
 One kernel per notebook (device set-up is once per process). Every notebook runs
-twice: on the real data (CI: ../shared/data) in a temp folder, and offline with
-no data at all, on the labelled synthetic stand-in. Notebooks 07 and 10, which
-kill and resume training, also run in place (cwd notebooks/, as JupyterLab does)
-twice in a row: the second run must show the same demonstration and leave the
-tree clean. Every executed notebook is scanned for noise the lesson does not print.
+twice: on the real data (CI: ../shared/data), and offline with no data at all, on
+the labelled synthetic stand-in. Notebooks 07 and 10, which kill and resume
+training, do both in place (cwd notebooks/, as JupyterLab does), one after the
+other: the second run, on other data, must start from scratch rather than resume
+the first run's checkpoints, show the same demonstration, and leave the tree
+clean. Every executed notebook is scanned for noise the lesson does not print.
 Each notebook has a check function below: a new notebook without one fails
 `test_every_notebook_has_checks`.
 """
@@ -27,7 +28,7 @@ from tests.conftest import ROOT
 from tests.notebooks.noise import noise_in
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
-IN_PLACE = ["07_save_and_restore", "10_multi_worker"]  # their real-data runs: test_runs_again_in_place
+IN_PLACE = ["07_save_and_restore", "10_multi_worker"]  # both their runs: test_runs_again_in_place
 ELSEWHERE = [nb for nb in NOTEBOOKS if nb.stem not in IN_PLACE]
 TINY = {
     "N_DEVICES": 2,
@@ -100,27 +101,41 @@ def test_notebook_on_real_data(notebook, tmp_path):
     check(notebook, records, parameters)
 
 
+def check_offline(notebook: Path, records: dict, output: Path) -> None:
+    if notebook.stem != "00_environment":  # the one notebook that loads no data
+        assert records["synthetic"] is True, "no data anywhere: the labelled synthetic stand-in"
+        assert "SYNTHETIC stand-in" in output.read_text()
+
+
 @pytest.mark.notebook
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", ELSEWHERE, ids=[nb.stem for nb in ELSEWHERE])
 def test_notebook_offline_with_no_data(notebook, tmp_path, isolated_sources):
     parameters = tiny_parameters(notebook)
     records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
     check(notebook, records, parameters)
-    if notebook.stem != "00_environment":  # the one notebook that loads no data
-        assert records["synthetic"] is True, "no data anywhere: the labelled synthetic stand-in"
-        assert "SYNTHETIC stand-in" in (tmp_path / notebook.name).read_text()
+    check_offline(notebook, records, tmp_path / notebook.name)
 
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("stem", IN_PLACE)
-def test_runs_again_in_place(stem, tmp_path):
-    # As a learner does in JupyterLab: cwd notebooks/, run it, then run it again from the top.
+def test_runs_again_in_place(stem, tmp_path, monkeypatch):
+    # As a learner does in JupyterLab: cwd notebooks/, run it, then run it again from the top. The
+    # first run is offline with no data at all, the second on the real data: leftovers of the first
+    # (checkpoints of a model trained on other data) must not be resumed.
     notebook = ROOT / "notebooks" / f"{stem}.ipynb"
     before = git_status()
     parameters = tiny_parameters(notebook)
-    for run in ("first", "second"):
-        records = execute(notebook, tmp_path / f"{run}.ipynb", parameters, cwd=notebook.parent)
-        check(notebook, records, parameters)  # the second run kills and resumes again, from scratch
+    with monkeypatch.context() as offline:
+        home = tmp_path / "keras_home"
+        home.mkdir()
+        offline.setenv("KERAS_HOME", str(home))
+        offline.delenv("MGTUTOR_DATA_DIR", raising=False)
+        offline.setenv("MGTUTOR_OFFLINE", "1")
+        records = execute(notebook, tmp_path / "first.ipynb", parameters, cwd=notebook.parent)
+        check(notebook, records, parameters)
+        check_offline(notebook, records, tmp_path / "first.ipynb")
+    records = execute(notebook, tmp_path / "second.ipynb", parameters, cwd=notebook.parent)
+    check(notebook, records, parameters)  # kills and resumes again, from scratch
     assert git_status() == before, "a notebook run left files git sees"
     lint = subprocess.run([sys.executable, "-m", "ruff", "check", "notebooks"], cwd=ROOT, capture_output=True,
                           text=True)  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,16 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgtutor.cluster import (
-    RESULT_MARK,
-    ClusterError,
-    LocalCluster,
-    free_ports,
-    launch,
-    processes_in_group,
-    report_result,
-    tf_config,
-)
+from mgtutor._proctree import processes_in_group
+from mgtutor.cluster import ClusterError, LocalCluster, free_ports, launch
+from mgtutor.worker import RESULT_MARK
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "unit" / "multiworker_job.py"
@@ -67,26 +61,12 @@ def _assert_nothing_left(result, *extra_pids: int) -> None:
 # --------------------------------------------------------------------------- pure helpers
 
 
-def test_tf_config_and_ports():
-    assert tf_config([2222, "node1:2223"], 1) == {
-        "cluster": {"worker": ["localhost:2222", "node1:2223"]},
-        "task": {"type": "worker", "index": 1},
-    }
+def test_free_ports_are_distinct_and_bindable_on_localhost():
     ports = free_ports(3)
     assert len(set(ports)) == 3 and all(1024 <= p < 65536 for p in ports)
-    with pytest.raises(ValueError, match="index must be a worker number 0..1"):
-        tf_config([1, 2], 2)
-    with pytest.raises(ValueError, match="neither a port"):
-        tf_config(["no-port"], 0)
-
-
-def test_report_result_prints_one_json_line(capsys):
-    report_result({"loss": np.float32(0.5), "weights": np.arange(2), "name": "w"})
-    line = capsys.readouterr().out.strip()
-    assert line.startswith(RESULT_MARK)
-    assert json.loads(line[len(RESULT_MARK) :]) == {"loss": 0.5, "weights": [0, 1], "name": "w"}
-    with pytest.raises(TypeError, match="not JSON-serializable"):
-        report_result({"x": object()})
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
 
 
 def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
@@ -115,7 +95,7 @@ def test_streams_prefixed_output_and_collects_each_result(tmp_path, capsys):
     script = _script(
         tmp_path,
         """
-        from mgtutor.cluster import report_result
+        from mgtutor.worker import report_result
         print("I0000 00:00:1795328799.588791     479 cudart_stub.cc:31] Could not find cuda drivers")
         print(f"hello from {INDEX}")
         report_result({"index": INDEX, "tf_config": json.loads(os.environ["TF_CONFIG"]),
