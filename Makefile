@@ -31,7 +31,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run test lab lint clean
+.PHONY: setup run test lab lint clean reset
 
 setup: $(STAMP)
 
@@ -59,6 +59,14 @@ lab: setup
 
 lint: setup
 	$(BIN)/ruff check mgtutor tests notebooks benchmarks
+
+# Between classes: every notebook back to its committed state, and every working folder, checkpoint
+# and .ipynb_checkpoints under notebooks/ gone. It lists what it resets; learners' edits are lost.
+reset:
+	@git status --porcelain --untracked-files=all --ignored -- notebooks | sed 's/^/reset: /'
+	@git checkout -- notebooks
+	@git clean -fdxq -- notebooks
+	@echo "reset: notebooks/ is as committed"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
