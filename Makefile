@@ -18,7 +18,7 @@ RUNS ?= runs
 # one of this Makefile's own becomes `-p NAME VALUE` for the runner, which checks names and types
 # before any notebook starts. Values with anything but plain characters are single-quoted for the
 # shell (like Python's shlex.quote), so spaces, quotes and $ survive.
-OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS PORT NOTEBOOKS RUNS
+OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS CHECK_ARGS PORT NOTEBOOKS RUNS
 _CAPS_CHARS := A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 _
 _PLAIN_CHARS := $(_CAPS_CHARS) a b c d e f g h i j k l m n o p q r s t u v w x y z . , : / = + - @ %
 # $(call _without,TEXT,CHARS): TEXT with every one of CHARS removed.
@@ -31,7 +31,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run test lab lint clean reset
+.PHONY: setup run test check lab lint clean reset
 
 setup: $(STAMP)
 
@@ -47,6 +47,12 @@ run: setup
 	$(if $(NOT_PARAMETERS),$(warning make run: ignoring $(NOT_PARAMETERS): notebook parameters are ALL_CAPS))
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.series --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
 		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
+
+# Preflight for a classroom laptop: versions, a 2-device smoke step, data, ports, disk, memory.
+# Exits non-zero on any FAIL line. CHECK_ARGS="--allow-synthetic" or "--ports 12345 12346".
+CHECK_ARGS ?=
+check: setup
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.preflight $(CHECK_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest -n 2 $(TEST_ARGS)

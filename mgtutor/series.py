@@ -193,11 +193,13 @@ def run_series(
     kernel_name: str = "python3",
     only: Sequence[str] = (),
     command: str | None = None,
+    preflight: bool = False,
 ) -> Path:
     """Execute the series into a new timestamped folder and return that folder.
 
     A failing notebook stops the run with ``SystemExit(1)`` after its executed
-    copy, its HTML and the reports are written.
+    copy, its HTML and the reports are written. `preflight` puts `make check`'s
+    checklist first (a FAIL line is shown, it does not stop the run).
     """
     notebooks = find_notebooks(notebooks_dir)
     if only:
@@ -218,6 +220,8 @@ def run_series(
             for nb in notebooks
         ],
     }
+    if preflight:
+        report["preflight"] = _preflight()
     clock = time.perf_counter()
     for position, (notebook, entry) in enumerate(zip(notebooks, report["notebooks"], strict=True), start=1):
         target = run_dir / notebook.name
@@ -349,6 +353,8 @@ def _short_value(value: Any) -> str:
 
 
 _STYLE = """
+.preflight li.ok b { color: #2a7a2a; } .preflight li.warn b { color: #a06000; }
+.preflight li.fail { color: #b00020; }
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; margin-bottom: 0.2em; }
 .machine, .command { color: #444; margin: 0.2em 0; }
@@ -408,8 +414,21 @@ def _row(entry: dict[str, Any]) -> str:
     )
 
 
+def _preflight() -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    from mgtutor.preflight import format_checklist, run_checks  # TensorFlow only in its child process
+
+    print("Preflight (make check):", flush=True)
+    checks = run_checks(allow_synthetic=True)  # the series runs on the synthetic stand-in too
+    print(format_checklist(checks, colour=sys.stdout.isatty()), flush=True)
+    return [asdict(check) for check in checks]
+
+
 def index_html(report: dict[str, Any]) -> str:
     """The run's report page: self-contained (inline CSS, no scripts), every value escaped."""
+    from mgtutor.preflight import checklist_html
+
     machine = report["machine"]
     devices = [
         f"{e['records']['n_devices']} × {e['records'].get('device_kind', '?')} devices"
@@ -438,7 +457,7 @@ def index_html(report: dict[str, Any]) -> str:
 <p class="machine">Machine: {_e(machine_text)}</p>
 <p class="command">Command: <code>{_e(report["command"])}</code></p>
 <p class="command">Overrides: <code>{_e(overrides)}</code></p>
-<table>
+{checklist_html(report.get("preflight", []))}<table>
 <thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>
 <th>key metrics</th></tr></thead>
 <tbody>
@@ -457,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", default="runs", help="where run folders are created")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     parser.add_argument("--only", nargs="*", default=(), help="notebook prefixes, e.g. 00 01")
+    parser.add_argument("--no-preflight", action="store_true", help="skip the make check list at the top")
     parser.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
         help="override a notebook parameter, e.g. -p EPOCHS 5",
@@ -467,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = shlex.join(["python", "-m", "mgtutor.series", *arguments])
     try:
         run_series(args.notebooks, args.runs, overrides, kernel_name=args.kernel, only=args.only,
-                   command=command)  # fmt: skip
+                   command=command, preflight=not args.no_preflight)  # fmt: skip
     except (ValueError, FileNotFoundError) as err:
         parser.exit(2, f"error: {err}\n")
 

@@ -6,15 +6,13 @@ index; worker 0 is the chief. Nothing here imports TensorFlow until a function n
 
 from __future__ import annotations
 
-import json
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from mgtutor._checks import is_whole
-
-RESULT_MARK = "MGTUTOR_RESULT "
+from mgtutor.processes import RESULT_MARK, report_result  # noqa: F401  (one result line for every child)
 
 
 def tf_config(addresses: Sequence[int | str], index: int, task_type: str = "worker") -> dict[str, Any]:
@@ -32,20 +30,6 @@ def tf_config(addresses: Sequence[int | str], index: int, task_type: str = "work
     if not is_whole(index) or not 0 <= index < len(workers):
         raise ValueError(f"index must be a worker number 0..{len(workers) - 1}, got {index!r}.")
     return {"cluster": {"worker": workers}, "task": {"type": task_type, "index": int(index)}}
-
-
-def report_result(values: Mapping[str, Any]) -> None:
-    """Print `values` as the worker's result line, for `launch` to collect (numpy values allowed)."""
-    if not isinstance(values, Mapping):
-        raise TypeError(f"values must be a dict of JSON-serializable values, got {type(values).__name__}.")
-
-    def plain(value: Any) -> Any:
-        tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
-        if callable(tolist):
-            return tolist()
-        raise TypeError(f"report_result: {value!r} ({type(value).__name__}) is not JSON-serializable.")
-
-    print(RESULT_MARK + json.dumps(dict(values), default=plain), flush=True)
 
 
 def _current_strategy() -> Any:

@@ -247,6 +247,12 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     (entry,) = json.loads((run_dir / "summary.json").read_text())["notebooks"]
     assert entry["parameters"] == {"EPOCHS": 5, "NAME": name} and entry["records"] == {"name_seen": name}
     assert (run_dir / "index.html").is_file() and (run_dir / "01_second.html").is_file()
+    # make check's list heads the console output, the summary and the page (a FAIL would not stop the run)
+    checks = json.loads((run_dir / "summary.json").read_text())["preflight"]
+    assert [c["name"] for c in checks][:4] == ["python", "tensorflow", "keras", "2-device smoke step"]
+    assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
+    page = (run_dir / "index.html").read_text()
+    assert "<h2>Preflight</h2>" in page and "2-device smoke step" in page
 
     refused = _make("run", f"NOTEBOOKS={tiny_series}", f"RUNS={tmp_path / 'refused'}", "EPOCHS=five")
     assert refused.returncode != 0
