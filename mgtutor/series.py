@@ -1,14 +1,8 @@
-"""Run the whole notebook series, in order, into a fresh run folder: the project's main job.
+"""`make run`: every ``NN_topic.ipynb`` executed in order with papermill into ``runs/<timestamp>/``.
 
-``python -m mgtutor.series --notebooks notebooks --runs runs -p EPOCHS 2``
-executes every ``NN_topic.ipynb`` with papermill (one kernel each, as device
-set-up is once per process) into ``runs/<timestamp>/``, renders each executed
-notebook to HTML, and keeps two reports up to date after every notebook:
-``index.html`` (a page a teacher reads at a glance: status, parameters,
-duration and recorded metrics per notebook, and the machine) and
-``summary.json`` (the same for programs). Overrides are checked against the
-notebooks' ``parameters`` cells before anything runs; the first failing
-notebook stops the run, and what completed stays in the folder.
+Each notebook gets its own kernel; the run keeps ``index.html`` (for a teacher: status,
+parameters, duration, memory, metrics, the preflight checklist) and ``summary.json`` up to date.
+Overrides are checked before anything runs; the first failing notebook stops the run.
 """
 
 from __future__ import annotations
@@ -262,16 +256,22 @@ def _execute(
     """Run one notebook with papermill into `target`: {"status": ...}, plus "error" when it failed."""
     import papermill
 
+    from mgtutor.memory import ChildMemory
+
+    memory = ChildMemory()
     try:
-        papermill.execute_notebook(
-            str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
-            cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
-        )  # fmt: skip
+        with memory:
+            papermill.execute_notebook(
+                str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
+                cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
+            )  # fmt: skip
     except papermill.PapermillExecutionError as err:
-        return {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}
+        outcome = {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}
     except Exception as err:  # a kernel that dies or never starts: still report, then stop
-        return {"status": FAILED, "error": f"{type(err).__name__}: {err}"}
-    return {"status": OK}
+        outcome = {"status": FAILED, "error": f"{type(err).__name__}: {err}"}
+    else:
+        outcome = {"status": OK}
+    return {**outcome, "peak_rss_mb": round(memory.peak_mb), "end_rss_mb": round(memory.last_mb)}
 
 
 def _records_or_empty(executed: Path) -> dict[str, Any]:
@@ -410,7 +410,8 @@ def _row(entry: dict[str, Any]) -> str:
         f'<tr id="{_e(entry["notebook"])}"><td>{name}<br><small>{" · ".join(links)}</small></td>'
         f'<td class="status {status.replace(" ", "-")}">{_e(status)}</td>'
         f'<td>{_parameters_cell(entry)}</td><td class="num">{_e(seconds)}</td>'
-        f"<td>{_metrics_cell(entry)}</td></tr>"
+        + "".join(f'<td class="num">{_e(entry.get(key, ""))}</td>' for key in ("peak_rss_mb", "end_rss_mb"))
+        + f"<td>{_metrics_cell(entry)}</td></tr>"
     )
 
 
@@ -459,6 +460,7 @@ def index_html(report: dict[str, Any]) -> str:
 <p class="command">Overrides: <code>{_e(overrides)}</code></p>
 {checklist_html(report.get("preflight", []))}<table>
 <thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>
+<th>peak MB</th><th>kernel MB at end</th>
 <th>key metrics</th></tr></thead>
 <tbody>
 {rows}

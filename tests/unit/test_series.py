@@ -122,7 +122,8 @@ def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capfd, 
     assert "RATE = 0.5 (default" not in first[2]  # only overrides are marked
     assert page.count('class="override"') == 3  # EPOCHS twice, NAME once
     assert re.fullmatch(r"\d+\.\d s", first[3]) and re.fullmatch(r"\d+\.\d s", second[3])
-    assert "epochs_seen: 10" in first[4] and "accuracy: 0.6667" in first[4]
+    assert "epochs_seen: 10" in first[6] and "accuracy: 0.6667" in first[6]
+    assert all(float(first[column]) > 30 for column in (4, 5))  # peak MB, kernel MB at the end
     assert "history: (list of 1,000 values)" in first[4]  # a huge value is summarised, not dumped
     assert f"name_seen: {name}" in second[4]
     assert "<y &" not in page and "&lt;y &amp; &#x27;z&#x27;&gt;" in page  # escaped
@@ -182,7 +183,7 @@ def test_failing_notebook_stops_the_run_and_keeps_what_completed(tiny_series, tm
     assert "RuntimeError" in (run_dir / "01_second.html").read_text(encoding="utf-8")
     table = _index(run_dir)
     assert [cells[1] for cells in table.rows.values()] == ["ok", "failed", "not run"]
-    assert "cell In [2]: RuntimeError: boom" in table.rows["01_second.ipynb"][4]
+    assert "cell In [2]: RuntimeError: boom" in table.rows["01_second.ipynb"][6]
     assert table.rows["02_third.ipynb"][3] == ""  # no duration for what never ran
     assert "02_third" not in " ".join(table.links)
     assert all((run_dir / link).is_file() for link in table.links)
@@ -253,6 +254,9 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
     page = (run_dir / "index.html").read_text()
     assert "<h2>Preflight</h2>" in page and "2-device smoke step" in page
+    # Memory of the kernel and its children: more than a bare Python, and the peak bounds the end.
+    assert 30 < entry["end_rss_mb"] <= entry["peak_rss_mb"] < 4096
+    assert "<th>peak MB</th>" in page
 
     refused = _make("run", f"NOTEBOOKS={tiny_series}", f"RUNS={tmp_path / 'refused'}", "EPOCHS=five")
     assert refused.returncode != 0
