@@ -196,7 +196,6 @@ synced, synced_one = minigooglenet(True, True), minigooglenet(True, False, callb
 for name, (two, one) in {"plain": (plain, plain_one), "synced": (synced, synced_one)}.items():
     out[f"parity_{name}"] = parallel.max_weight_difference(two, one)
     out[f"parity_{name}_outputs"] = parallel.max_output_difference(two, one, x, BATCH)
-np.savez(REFERENCE, *synced_one.get_weights())  # the 4-device run's one-device reference
 out["synced_spread"] = replica_copy_spread(synced)
 mark("parity")
 
@@ -226,6 +225,7 @@ out["saved_vs_live"] = largest_difference(predictions(load_model(saved, strategy
 two_on_one = load_model(saved)
 out["two_on_one"] = largest_difference(predictions(two_on_one), live)
 out["two_on_one_copies"] = replica_copies(two_on_one)
+np.savez(REFERENCE, *synced_one.get_weights())  # the 4-device run's one-device reference
 # ---- saved on one device (no strategy), for the 4-device run to reload
 save_model(plain_one, ONE_DEVICE, verbose=False)
 np.save(ONE_DEVICE_PREDICTIONS, predictions(plain_one))
