@@ -1,4 +1,4 @@
-"""Augmentation speed: tf_keras's ImageDataGenerator against mgtutor.augment's three paths, and its cost.
+"""Augmentation speed: tf_keras's ImageDataGenerator against mgtutor.keras2.augment's three paths.
 
 Part 1, loaders: images per second made into augmented batches with seed 000's
 transforms (width/height shift 0.1, horizontal flip), batch 128, over the
@@ -79,8 +79,8 @@ def run_loaders(samples: int | None, batch_size: int, rounds: int) -> dict[str, 
     import numpy as np
     import tensorflow as tf
 
-    from mgtutor.augment import ImageDataGenerator
     from mgtutor.data import make_dataset
+    from mgtutor.keras2.augment import ImageDataGenerator
 
     x, y, summary = _images(samples)
     results: dict[str, Any] = {"data": summary, "batch_size": batch_size, "images": len(x)}
@@ -128,8 +128,8 @@ def run_training(
     import keras
 
     from mgtutor import parallel
-    from mgtutor.augment import ImageDataGenerator
     from mgtutor.data import make_dataset
+    from mgtutor.keras2.augment import ImageDataGenerator
     from mgtutor.models import build_seed_cnn
 
     x, y, summary = _images(samples)

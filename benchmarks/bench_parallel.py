@@ -42,6 +42,7 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
 
     from mgtutor import parallel
     from mgtutor.data import load_dataset, make_dataset, one_hot, scale_images
+    from mgtutor.keras2.towers import multi_gpu_model
 
     data = load_dataset("cifar10").subset(samples)
     x, y = scale_images(data.x_train), one_hot(data.y_train, data.num_classes)
@@ -74,7 +75,7 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
     else:
         model = _seed_cnn(seed=0)
         if config == "towers":
-            model = parallel.multi_gpu_model(model, n)
+            model = multi_gpu_model(model, n)
         compile_model(model)
 
     class EpochTimer(keras.callbacks.Callback):

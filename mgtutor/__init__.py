@@ -27,10 +27,10 @@ _EXPORTS = {
     "build_model": "models",
     "seed_optimizer": "models",
     # Keras 2 APIs that Keras 3 removed, rebuilt
-    "multi_gpu_model": "parallel",
-    "split_sizes": "parallel",
-    "fit_generator": "train",
-    "ImageDataGenerator": "augment",
+    "multi_gpu_model": "keras2.towers",
+    "split_sizes": "keras2.towers",
+    "fit_generator": "keras2.fit_generator",
+    "ImageDataGenerator": "keras2.augment",
     # data parallelism with tf.distribute
     "mirrored_strategy": "parallel",
     "global_batch_size": "parallel",
@@ -65,7 +65,7 @@ _EXPORTS = {
     "scaling_study": "bench",
     "projected_scaling": "amdahl",
     "pipeline_images_per_second": "throughput",
-    "Throughput": "train",
+    "Throughput": "progress",
     "ProgressBar": "progress",
     # notebook plumbing and plots
     "record": "records",

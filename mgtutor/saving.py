@@ -141,7 +141,7 @@ def template_of(model: Any, *, verbose: bool = False) -> Any:
             f"model must be a keras.Model, got {type(model).__name__}. Pass the model you "
             "built (or the wrapper multi_gpu_model returned)."
         )
-    from mgtutor.parallel import TowersModel
+    from mgtutor.keras2.towers import TowersModel
 
     if isinstance(model, TowersModel):
         if verbose:
@@ -320,8 +320,8 @@ def load_model(
     import keras
 
     # Registers the layers of ImageDataGenerator.as_layers(), so a model holding them loads
-    # without the caller having built one first (importing mgtutor.augment no longer does).
-    import mgtutor.augment_layers  # noqa: F401
+    # without the caller having built one first (importing mgtutor.keras2.augment no longer does).
+    import mgtutor.keras2.augment_layers  # noqa: F401
 
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     try:

@@ -142,8 +142,8 @@ def _make_input(pipeline: str, x: Any, y: Any, global_batch: int, seed: int) -> 
     """The batches `fit` trains on for `pipeline`, and whether they repeat forever."""
     import numpy as np
 
-    from mgtutor.augment import ImageDataGenerator
     from mgtutor.data import make_dataset
+    from mgtutor.keras2.augment import ImageDataGenerator
 
     if pipeline == "synthetic":
         import tensorflow as tf
@@ -171,9 +171,10 @@ def _build_and_compile(
 
     import keras
 
-    from mgtutor.augment import ImageDataGenerator
+    from mgtutor.keras2.augment import ImageDataGenerator
+    from mgtutor.keras2.towers import multi_gpu_model
     from mgtutor.models import build_model, seed_optimizer
-    from mgtutor.parallel import mirrored_strategy, multi_gpu_model
+    from mgtutor.parallel import mirrored_strategy
 
     # The devices by name: a machine with more GPUs than asked for must not use them all.
     n = len(devices)

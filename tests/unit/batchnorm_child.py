@@ -44,6 +44,7 @@ from mgtutor.batchnorm import (  # noqa: E402
     batchnorm_layers,
     replica_copy_spread,
 )
+from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
 from mgtutor.resume import resumable_fit  # noqa: E402
 from mgtutor.saving import export_for_serving, load_model, save_model  # noqa: E402
 from mgtutor.trainer import Trainer  # noqa: E402
@@ -284,7 +285,7 @@ x_towers = rng.normal(2.0, 3.0, (32, 4)).astype(np.float32)
 inputs = keras.Input((4,))
 normalized = keras.layers.BatchNormalization(momentum=MOMENTUM)(inputs)
 template = keras.Model(inputs, keras.layers.Dense(1)(normalized))
-towers = parallel.multi_gpu_model(template, 2)
+towers = multi_gpu_model(template, 2)
 towers.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", jit_compile=False)
 towers.train_on_batch(x_towers, np.zeros((32, 1), np.float32))
 moving_mean = template.layers[1].moving_mean.numpy()  # it started at 0

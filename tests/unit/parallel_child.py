@@ -12,6 +12,7 @@ import sys
 import tempfile
 import warnings
 
+import mgtutor.keras2.towers as towers_module
 import mgtutor.parallel as par
 from mgtutor.devices import setup_devices
 
@@ -51,7 +52,7 @@ keras.utils.set_random_seed(0)
 template = cnn()
 initial = template.get_weights()
 reference = par.copy_model(template)        # same weights, one device, no towers
-towers = par.multi_gpu_model(template, N)
+towers = towers_module.multi_gpu_model(template, N)
 
 # (d) shared weights: the wrapper's variables are the template's own objects
 out["same_variables"] = [id(v) for v in towers.weights] == [id(v) for v in template.weights]
@@ -59,7 +60,7 @@ out["n_weights"] = [len(towers.weights), len(template.weights)]
 
 # (a) forward
 batch = x[:BATCH]
-sizes = par.split_sizes(BATCH, [1] * N)
+sizes = towers_module.split_sizes(BATCH, [1] * N)
 by_slice = np.concatenate([template(s).numpy() for s in np.split(batch, np.cumsum(sizes)[:-1])])
 out["forward_vs_slices"] = float(np.abs(towers(batch).numpy() - by_slice).max())
 out["forward_vs_template"] = par.max_output_difference(towers, reference, x, batch_size=BATCH)
@@ -92,7 +93,7 @@ except RuntimeError as err:
 # (e) batches smaller than the towers, in eager, in a traced step with a known
 # batch, and in one with an unknown batch (the dynamic tf.cond path)
 small = x[:3]
-out["split_of_3"] = par.split_sizes(3, [1] * N)
+out["split_of_3"] = towers_module.split_sizes(3, [1] * N)
 out["small_eager"] = float(np.abs(towers(small).numpy() - template(small).numpy()).max())
 dynamic = tf.function(lambda t: towers(t), input_signature=[tf.TensorSpec([None, 8, 8, 3])])
 out["small_dynamic"] = float(np.abs(dynamic(small).numpy() - template(small).numpy()).max())
@@ -104,7 +105,7 @@ out["small_step_update"] = biggest_change(before, template)
 # 35 = one batch of 32 and a last batch of 3 (dynamic path); BatchNormalization
 # must not see an empty slice (it would write NaN into the shared moving statistics).
 bn_template = cnn(batch_norm=True)
-bn_towers = par.multi_gpu_model(bn_template, N)
+bn_towers = towers_module.multi_gpu_model(bn_template, N)
 compile_sgd(bn_towers)
 history = bn_towers.fit(x[:35], y[:35], batch_size=32, epochs=1, verbose=0, shuffle=False)
 out["bn_loss"] = history.history["loss"][-1]
@@ -114,8 +115,8 @@ out["bn_stats_finite"] = bool(all(np.isfinite(s).all() for s in stats))
 
 if N == 2:
     uneven_template = cnn()
-    uneven = par.multi_gpu_model(uneven_template, [0, 1], split=[2, 1])
-    out["uneven_sizes"] = par.split_sizes(31, [2, 1])
+    uneven = towers_module.multi_gpu_model(uneven_template, [0, 1], split=[2, 1])
+    out["uneven_sizes"] = towers_module.split_sizes(31, [2, 1])
     got, want = uneven(x[:31]).numpy(), uneven_template(x[:31]).numpy()
     out["uneven_predict"] = float(np.abs(got - want).max())
     compile_sgd(uneven)
@@ -126,7 +127,7 @@ if N == 2:
     flat = keras.layers.Flatten()(inputs)
     two = keras.Model(inputs, [keras.layers.Dense(10, activation="softmax", name="cls")(flat),
                                keras.layers.Dense(1, name="reg")(flat)])
-    two_towers = par.multi_gpu_model(two, 2)
+    two_towers = towers_module.multi_gpu_model(two, 2)
     got, want = two_towers(x), two(x)
     out["multi_output_shapes"] = [list(g.shape) for g in got]
     out["multi_output_diff"] = max(float(np.abs(np.asarray(g) - np.asarray(w)).max())
@@ -142,7 +143,7 @@ if N == 2:
     out["jit_compile"] = uneven.jit_compile
     out["jit_warning"] = any("jit_compile" in str(w.message) for w in caught)
     out["uneven_config_split"] = uneven.get_config()["split"]
-    no_merge = par.multi_gpu_model(uneven_template, 2, cpu_merge=False)
+    no_merge = towers_module.multi_gpu_model(uneven_template, 2, cpu_merge=False)
     out["no_merge_diff"] = float(np.abs(no_merge(batch).numpy() - uneven_template(batch).numpy()).max())
 
     # The Keras 2 alias, and a save/load round trip of the wrapper.

@@ -27,8 +27,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
-from mgtutor.parallel import mirrored_strategy, multi_gpu_model  # noqa: E402
+from mgtutor.parallel import mirrored_strategy  # noqa: E402
 
 inputs = np.load(os.path.join(FOLDER, "inputs.npz"))
 x, y, probe = inputs["x"], inputs["y"], inputs["probe"]

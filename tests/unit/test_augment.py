@@ -1,4 +1,4 @@
-"""mgtutor.augment: Keras 2's ImageDataGenerator on Keras 3, checked against tf_keras's, and its fast paths.
+"""mgtutor.keras2.augment: Keras 2's ImageDataGenerator, checked against tf_keras's, and its fast paths.
 
 Parity runs against the legacy ``tf_keras`` package's ImageDataGenerator. Its
 transforms call ``scipy.ndimage.affine_transform``, and SciPy is not installed
@@ -21,8 +21,8 @@ import keras
 import numpy as np
 import pytest
 
-from mgtutor.augment import ImageDataGenerator, NotFittedError, augment_dataset
-from mgtutor.augment_tf import _tf_apply
+from mgtutor.keras2.augment import ImageDataGenerator, NotFittedError, augment_dataset
+from mgtutor.keras2.augment_tf import _tf_apply
 from tests.conftest import run_python
 
 DRAWS = 2000  # images per rate/distribution check: a 0.5 rate lands in 0.45..0.55 with p > 0.9999
@@ -510,10 +510,10 @@ import json
 import numpy as np
 import keras
 # --- changed imports: keras.preprocessing.image.ImageDataGenerator and multi_gpu_model ---
-from mgtutor.augment import ImageDataGenerator
+from mgtutor.keras2.augment import ImageDataGenerator
 from mgtutor import setup_devices, multi_gpu_model, build_model, seed_optimizer
 from mgtutor.data import synthetic_dataset
-setup_devices(2)  # after importing mgtutor.augment: the import must not have started TensorFlow
+setup_devices(2)  # after importing mgtutor.keras2.augment: the import must not have started TensorFlow
 # --- seed 000's set-up, on a few hundred synthetic CIFAR-sized images ---
 num_classes = 10
 (X_train, y_train), (X_test, y_test) = synthetic_dataset(320, 64, seed=0)

@@ -1,4 +1,4 @@
-"""mgtutor.parallel (towers and MirroredStrategy) and mgtutor.train.fit_generator.
+"""mgtutor.parallel (MirroredStrategy), mgtutor.keras2.towers and mgtutor.keras2.fit_generator.
 
 The parity checks need 2 and 4 devices, and TensorFlow fixes its devices once per
 process, so each device count runs in its own child process (both at once, to
@@ -123,7 +123,7 @@ def tiny_cnn():
 
 
 def test_split_sizes_sum_to_the_batch_and_follow_the_shares():
-    from mgtutor.parallel import split_sizes
+    from mgtutor.keras2.towers import split_sizes
 
     assert split_sizes(32, [1, 1]) == [16, 16]
     assert split_sizes(30, [2, 1]) == [20, 10]
@@ -136,7 +136,7 @@ def test_split_sizes_sum_to_the_batch_and_follow_the_shares():
 
 
 def test_one_device_is_refused_with_the_reason():
-    from mgtutor.parallel import multi_gpu_model
+    from mgtutor.keras2.towers import multi_gpu_model
 
     for gpus in (1, [0]):
         with pytest.raises(ValueError, match="at least 2 devices") as err:
@@ -146,7 +146,8 @@ def test_one_device_is_refused_with_the_reason():
 
 
 def test_more_devices_than_exist_lists_them_and_says_how_to_simulate():
-    from mgtutor.parallel import available_devices, multi_gpu_model, resolve_devices
+    from mgtutor.keras2.towers import multi_gpu_model
+    from mgtutor.parallel import available_devices, resolve_devices
 
     available = available_devices()
     wanted = len(available) + 1
@@ -169,7 +170,7 @@ def test_more_devices_than_exist_lists_them_and_says_how_to_simulate():
 def test_bad_template_and_bad_split_are_refused_before_any_work():
     import keras
 
-    from mgtutor.parallel import multi_gpu_model
+    from mgtutor.keras2.towers import multi_gpu_model
 
     with pytest.raises(TypeError, match="keras.Model"):
         multi_gpu_model(keras.layers.Dense(3), 2)
@@ -276,7 +277,7 @@ def _logistic():
 
 
 def test_fit_generator_trains_with_the_keras2_arguments():
-    from mgtutor.train import fit_generator
+    from mgtutor.keras2.fit_generator import fit_generator
 
     x, y = _data()
     model = _logistic()
@@ -294,7 +295,7 @@ def test_fit_generator_trains_with_the_keras2_arguments():
 
 
 def test_fit_generator_needs_steps_for_a_generator():
-    from mgtutor.train import fit_generator
+    from mgtutor.keras2.fit_generator import fit_generator
 
     x, y = _data()
     with pytest.raises(ValueError, match="steps_per_epoch is required"):
@@ -308,7 +309,7 @@ def test_fit_generator_needs_steps_for_a_generator():
 def test_fit_generator_loader_arguments_go_to_the_pydataset():
     import keras
 
-    from mgtutor.train import fit_generator
+    from mgtutor.keras2.fit_generator import fit_generator
 
     x, y = _data()
     seen = []
@@ -336,7 +337,7 @@ def test_fit_generator_loader_arguments_go_to_the_pydataset():
 def test_throughput_callback_counts_images_and_seconds():
     import keras
 
-    from mgtutor.train import Throughput
+    from mgtutor.progress import Throughput
 
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     model.compile(optimizer="sgd", loss="categorical_crossentropy")

@@ -1,4 +1,4 @@
-"""mgtutor.train.fit_generator keeps Keras 2's contract: steps_per_epoch batches every epoch.
+"""mgtutor.keras2.fit_generator keeps Keras 2's contract: steps_per_epoch batches every epoch.
 
 Issue 12 §1: with ``flow()`` and steps_per_epoch below len(flow) Keras 3 trained
 epoch 2 on the leftover batches ("Your input ran out of data"), and above it cut
@@ -56,7 +56,7 @@ def _numbered(x: np.ndarray, y: np.ndarray):
 def _source(kind: str):
     import tensorflow as tf
 
-    from mgtutor.augment import ImageDataGenerator
+    from mgtutor.keras2.augment import ImageDataGenerator
 
     x, y = _images()
     if kind == "flow":
@@ -122,7 +122,7 @@ def _counter():
 
 
 def _fit(data, steps, **kwargs):
-    from mgtutor.train import fit_generator
+    from mgtutor.keras2.fit_generator import fit_generator
 
     count = _counter()
     with warnings.catch_warnings():
@@ -168,7 +168,7 @@ def test_shuffle_false_reads_the_batches_in_order_across_boundaries():
 
 
 def test_shuffle_orders_each_pass_differently():
-    from mgtutor.streams import EndlessBatches
+    from mgtutor.keras2.streams import EndlessBatches
 
     stream = EndlessBatches(_source("pydataset"), shuffle=True, seed=3)
     orders = [stream.order(p).tolist() for p in range(3)]
@@ -212,7 +212,7 @@ def test_a_finite_generator_that_runs_dry_is_an_error():
         for i in range(0, N, BATCH):
             yield x[i : i + BATCH], y[i : i + BATCH]
 
-    from mgtutor.train import fit_generator
+    from mgtutor.keras2.fit_generator import fit_generator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Keras' own "ran out of data" comes first
@@ -227,8 +227,8 @@ def test_a_finite_generator_that_runs_dry_is_an_error():
 def test_bad_inputs_are_refused_before_training():
     import tensorflow as tf
 
-    from mgtutor.streams import EndlessBatches
-    from mgtutor.train import fit_generator
+    from mgtutor.keras2.fit_generator import fit_generator
+    from mgtutor.keras2.streams import EndlessBatches
 
     x, y = _images()
     endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
@@ -256,7 +256,7 @@ def test_bad_inputs_are_refused_before_training():
 
 
 def test_throughput_reports_steps_and_no_rate_for_a_cut_short_epoch(capsys):
-    from mgtutor.train import Throughput
+    from mgtutor.progress import Throughput
 
     x, y = _images()
 
@@ -297,9 +297,11 @@ setup_devices(2, verbose=False)
 import keras
 import numpy as np
 
-from mgtutor.augment import ImageDataGenerator
-from mgtutor.parallel import mirrored_strategy, multi_gpu_model
-from mgtutor.train import Throughput, fit_generator
+from mgtutor.keras2.augment import ImageDataGenerator
+from mgtutor.keras2.towers import multi_gpu_model
+from mgtutor.parallel import mirrored_strategy
+from mgtutor.keras2.fit_generator import fit_generator
+from mgtutor.progress import Throughput
 
 N, BATCH = 103, 16
 x = np.broadcast_to(np.arange(N, dtype=np.float32)[:, None, None, None], (N, 2, 2, 1)).copy()

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from mgtutor._checks import check_seed
-from mgtutor.augment_checks import _fresh_seed, _GeneratorBase, _Shift
-from mgtutor.augment_resample import _affine, _axis_lookup
+from mgtutor.keras2.augment_checks import _fresh_seed, _GeneratorBase, _Shift
+from mgtutor.keras2.augment_resample import _affine, _axis_lookup
 
 
 def _tf_shifts(shift: _Shift, size: int, n: Any, seed: Any) -> Any:

@@ -34,10 +34,10 @@ _KERAS2_OFF = {
 
 
 class _GeneratorBase:
-    """The base of `mgtutor.augment.ImageDataGenerator`, and nothing else.
+    """The base of `mgtutor.keras2.augment.ImageDataGenerator`, and nothing else.
 
     The flow, tf.data and layers modules check (and annotate) their generator argument
-    with this class, so they need not import `mgtutor.augment`, which imports them.
+    with this class, so they need not import `mgtutor.keras2.augment`, which imports them.
     """
 
     __slots__ = ()

@@ -1,65 +1,15 @@
-"""Keras 2's ``ImageDataGenerator`` on Keras 3, plus two fast paths with the same augmentations.
+"""Keras 2's ``ImageDataGenerator`` on Keras 3: ``fit``, ``standardize``, ``flow`` (a ``PyDataset``
+of whole batches transformed with vectorised NumPy), and two fast paths with the same
+augmentations: ``as_dataset`` (``tf.data``) and ``as_layers`` (inside the model, per device).
 
-Keras 3 removed ``keras.preprocessing.image.ImageDataGenerator``, which seed 000
-(like most Keras 2 tutorials) trains with. The legacy ``tf_keras`` package still
-has it, but it transforms one image at a time, in one Python thread, with SciPy
-(not installed here: without it, tf_keras's ``flow`` fails on its first batch).
-On a multi-GPU machine that thread, not the GPUs, sets the pace. This module
-offers the same augmentations three ways:
-
-1. `ImageDataGenerator` and its ``flow``: Keras 2's API and semantics. ``flow``
-   returns a ``keras.utils.PyDataset`` (`NumpyArrayIterator`) that transforms a
-   whole batch at once with vectorised NumPy, no SciPy, so ``workers`` and
-   ``use_multiprocessing`` work the Keras 3 way.
-2. `augment_dataset` / ``ImageDataGenerator.as_dataset``: a ``tf.data`` pipeline
-   doing the same transforms as batched TF ops, in parallel and prefetched.
-3. `augmentation_layers` / ``ImageDataGenerator.as_layers``: Keras 3
-   preprocessing layers to put inside the model, so each device augments its own
-   slice of the batch (only when ``training=True``) and the CPU never limits
-   training.
-
-Faithful to Keras 2 (``tf_keras`` 2.21; tests/unit/test_augment.py compares):
-the shift forms (float < 1: fraction of the size; float >= 1: pixels; int n:
-whole pixels ``-(n-1)..n-1``; list: a random element times a random sign,
-fractions if all are < 1), rotation in degrees about the centre, flips with
-probability 0.5, the four fill modes (the NumPy path reproduces
-``scipy.ndimage.affine_transform(order=1)`` to float rounding, 'wrap' quirk
-included), the order transform -> rescale -> samplewise -> featurewise -> ZCA,
-``std + 1e-6`` divisors, and ``fit``'s per-channel mean/std and ZCA matrix
-``u diag(sqrt(n) / (s + zca_epsilon)) u.T`` (tf_keras's formula; Keras <= 2.2.4
-used ``1 / sqrt(s**2 / n + zca_epsilon)``, the same but for the epsilon).
-
-Where it differs from Keras 2, and why:
-
-- ``width_shift_range`` shifts horizontally by a fraction of the width and
-  ``height_shift_range`` vertically, as documented. tf_keras swaps them
-  (tf-keras issue #310); for square images and equal ranges (seed 000) the two
-  agree exactly in distribution. Rotation turns about the true centre, where
-  tf_keras swaps the centre's coordinates on non-square images.
-- A featurewise option used before ``fit`` raises `NotFittedError`; Keras 2
-  warned and silently skipped the normalisation.
-- Random streams: the same seed gives the same augmentations here, not the same
-  ones as tf_keras with that seed (the distributions are the same). Each batch
-  draws from (seed, epoch, batch index), so worker scheduling cannot change it.
-- ``flow`` returns a PyDataset, not a Python iterator: ``for batch in flow``
-  cycles forever as in Keras 2 and ``flow.next()`` works, but ``next(flow)``
-  does not (use ``next(iter(flow))``), because Keras 3 reads a Python iterator
-  on one thread, ignoring ``workers``.
-- Not implemented: shear, zoom, channel shift, brightness, a
-  ``preprocessing_function``, ``validation_split``, interpolation orders other
-  than 1, ``channels_first``. Each is accepted at the value that turns it off,
-  so code spelling out every Keras 2 default still runs; any other value
-  raises.
-
-The three paths compare pixel by pixel in `mgtutor.augment_tf` and
-`mgtutor.augment_layers`. The code: `mgtutor.augment_checks` (arguments, shift
-forms), `mgtutor.augment_resample` (the NumPy resampling), `mgtutor.augment_stats`
-(``fit``'s statistics), `mgtutor.augment_flow` (``flow``'s PyDataset), and this
-module (the generator: arguments, ``fit``, ``standardize``, transforms).
-
-Importing this module imports neither Keras nor TensorFlow; ``flow``, ``as_dataset``
-and ``as_layers`` import them but start nothing: no tensor exists until a function
-runs, so `mgtutor.setup_devices` can follow.
+Faithful to tf_keras 2.21 (tests/unit/test_augment.py compares pixel by pixel), except:
+``width_shift_range`` shifts horizontally as documented (tf_keras swaps the axes, tf-keras#310);
+rotation turns about the true centre; featurewise options before ``fit`` raise `NotFittedError`
+instead of being skipped; the same seed gives the same (not tf_keras's) augmentations;
+``next(flow)`` needs ``next(iter(flow))``. Shear, zoom, channel shift, brightness,
+``preprocessing_function``, ``validation_split``, other interpolation orders and
+``channels_first`` are accepted only at the value that turns them off.
+Importing this module imports neither Keras nor TensorFlow.
 """
 
 from __future__ import annotations
@@ -71,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mgtutor._checks import check_seed, check_whole
-from mgtutor.augment_checks import (
+from mgtutor.keras2.augment_checks import (
     _check_flag,
     _check_images,
     _check_keras2_options,
@@ -81,11 +31,11 @@ from mgtutor.augment_checks import (
     _GeneratorBase,
     _sample_shifts,
 )
-from mgtutor.augment_resample import _affine, _resample
-from mgtutor.augment_stats import _FIT_CHUNK, _channel_std, _zca_matrix
+from mgtutor.keras2.augment_resample import _affine, _resample
+from mgtutor.keras2.augment_stats import _FIT_CHUNK, _channel_std, _zca_matrix
 
 if TYPE_CHECKING:
-    from mgtutor.augment_flow import NumpyArrayIterator
+    from mgtutor.keras2.augment_flow import NumpyArrayIterator
 
 # The d x d matrix ZCA needs: 16384 features (e.g. 73x73x3) is 2 GiB in float64.
 MAX_ZCA_FEATURES = 16384
@@ -105,10 +55,10 @@ _MOVED = {
 def __getattr__(name: str) -> Any:
     module = _MOVED.get(name)
     if module is None:
-        raise AttributeError(f"module 'mgtutor.augment' has no attribute {name!r}")
+        raise AttributeError(f"module 'mgtutor.keras2.augment' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(f"mgtutor.{module}"), name)
+    return getattr(importlib.import_module(f"mgtutor.keras2.{module}"), name)
 
 
 class NotFittedError(RuntimeError):
@@ -470,7 +420,7 @@ class ImageDataGenerator(_GeneratorBase):
         the same batches and augmentations. `seed` and `sample_weight` are
         keyword-only: Keras 2 versions disagree on their positional order.
         """
-        from mgtutor.augment_flow import NumpyArrayIterator
+        from mgtutor.keras2.augment_flow import NumpyArrayIterator
 
         return NumpyArrayIterator(
             x, y, self, batch_size=batch_size, shuffle=shuffle, seed=seed,
@@ -494,7 +444,7 @@ class ImageDataGenerator(_GeneratorBase):
         with TF ops in parallel, and prefetches. Under a distribution strategy
         `batch_size` is the global batch.
         """
-        from mgtutor.augment_tf import arrays_dataset
+        from mgtutor.keras2.augment_tf import arrays_dataset
 
         x, y, sample_weight, batch_size, seed = self._check_flow_inputs(
             "as_dataset", x, y, sample_weight, batch_size, seed
@@ -505,7 +455,7 @@ class ImageDataGenerator(_GeneratorBase):
 
     def as_layers(self, *, input_shape: tuple[int, int, int] | None = None, seed: int | None = None) -> Any:
         """The in-model path: a ``keras.Sequential`` of preprocessing layers (see `augmentation_layers`)."""
-        from mgtutor.augment_layers import augmentation_layers
+        from mgtutor.keras2.augment_layers import augmentation_layers
 
         return augmentation_layers(self, input_shape=input_shape, seed=seed)
 

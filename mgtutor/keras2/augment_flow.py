@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from mgtutor._checks import is_whole
-from mgtutor.augment_checks import _check_flag, _fresh_seed, _GeneratorBase
+from mgtutor.keras2.augment_checks import _check_flag, _fresh_seed, _GeneratorBase
 
 # Keras 2's flow options not implemented here, with the values that switch them off.
 _FLOW_KERAS2_OFF = {

@@ -1,6 +1,6 @@
 """The layers path: `ImageDataGenerator`'s augmentations as Keras 3 layers inside the model (``as_layers``).
 
-How it differs from the NumPy and tf.data paths is in `mgtutor.augment_tf`'s docstring.
+How it differs from the NumPy and tf.data paths is in `mgtutor.keras2.augment_tf`'s docstring.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from mgtutor._checks import check_seed, is_whole
-from mgtutor.augment_checks import _GeneratorBase
+from mgtutor.keras2.augment_checks import _GeneratorBase
 
 
 @keras.saving.register_keras_serializable(package="mgtutor")

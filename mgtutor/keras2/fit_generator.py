@@ -1,16 +1,11 @@
-"""Training entry points that keep Keras 2 tutorial code running on Keras 3.
+"""Keras 2's ``model.fit_generator`` on Keras 3: `steps_per_epoch` batches every epoch from an endless stream.
 
-Keras 3 removed ``model.fit_generator``: ``model.fit`` takes generators
-itself, and the loading options ``workers``, ``use_multiprocessing`` and
-``max_queue_size`` moved from ``fit`` to the ``keras.utils.PyDataset``
-constructor. `fit_generator` maps the old call onto the new one. This module
-will grow (a custom training loop comes later in the series), so
-`fit_generator` and its helpers stay self-contained.
+Keras 3's ``fit`` takes generators itself; ``workers``, ``use_multiprocessing`` and
+``max_queue_size`` moved to the ``keras.utils.PyDataset`` constructor.
 """
 
 from __future__ import annotations
 
-import time
 import types
 import warnings
 from collections.abc import Iterator
@@ -20,7 +15,7 @@ import keras
 import numpy as np
 
 from mgtutor._checks import check_whole
-from mgtutor.streams import EndlessBatches, is_sequence_like
+from mgtutor.keras2.streams import EndlessBatches, is_sequence_like
 
 # Keras 2's defaults for the loader arguments: any other value was a request.
 _LOADER_DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
@@ -293,82 +288,3 @@ def fit_generator(
     finally:
         for name, value in saved.items():
             setattr(generator, name, value)
-
-
-class Throughput(keras.callbacks.Callback):
-    """Images/s and seconds per epoch, the numbers seed 001 quotes (63 s -> 16 s per epoch).
-
-    Counts ``global_batch`` images per training step; the last, smaller batch
-    of an epoch counts in full unless ``images_per_epoch`` gives the exact
-    number. Keeps every epoch in ``.epochs``: ``epoch``, ``seconds``,
-    ``steps`` (batches trained), ``complete`` (``steps`` reached the expected
-    count: `steps_per_epoch`, else the ``steps`` Keras announces; None if
-    unknown), ``images`` and ``images_per_s``, None for an epoch cut short (its
-    rate would describe a different workload). Adds ``images_per_s`` (NaN when
-    None) and ``epoch_seconds`` to the epoch logs, so they appear in ``History``.
-    The first epoch includes graph tracing: compare the later ones.
-    """
-
-    def __init__(
-        self,
-        global_batch: int,
-        images_per_epoch: int | None = None,
-        verbose: bool = True,
-        steps_per_epoch: int | None = None,
-    ) -> None:
-        super().__init__()
-        for name, value in (
-            ("global_batch", global_batch),
-            ("images_per_epoch", images_per_epoch),
-            ("steps_per_epoch", steps_per_epoch),
-        ):
-            if value is None and name != "global_batch":
-                continue
-            check_whole(name, value, 1)
-        self.global_batch = global_batch
-        self.images_per_epoch = images_per_epoch
-        self.steps_per_epoch = steps_per_epoch
-        self.verbose = verbose
-        self.epochs: list[dict[str, Any]] = []
-        self._steps = 0
-        self._start = 0.0
-
-    def _expected_steps(self) -> int | None:
-        if self.steps_per_epoch is not None:
-            return self.steps_per_epoch
-        steps = (self.params or {}).get("steps")
-        return int(steps) if steps else None
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._steps = 0
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self._steps = batch + 1  # the last step of the execution (steps_per_execution > 1)
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        # Keras validates inside the epoch; that time counts, as in seed 001's figures.
-        seconds = time.perf_counter() - self._start
-        expected = self._expected_steps()
-        complete = None if expected is None else self._steps >= expected
-        exact = self.images_per_epoch if complete is not False else None
-        images = exact or self._steps * self.global_batch
-        rate = None if complete is False or seconds <= 0 else images / seconds
-        entry = {
-            "epoch": epoch + 1,
-            "seconds": seconds,
-            "steps": self._steps,
-            "complete": complete,
-            "images": images,
-            "images_per_s": rate,
-        }
-        self.epochs.append(entry)
-        if logs is not None:
-            logs["images_per_s"] = float("nan") if rate is None else rate
-            logs["epoch_seconds"] = seconds
-        if not self.verbose:
-            return
-        if rate is None:
-            print(f"epoch {epoch + 1}: {seconds:.1f} s, cut short after {self._steps} of {expected} steps")
-        else:
-            print(f"epoch {epoch + 1}: {seconds:.1f} s, {rate:,.0f} images/s")

@@ -1,7 +1,7 @@
 """Keras 2's affine transform as one bilinear resampling, as ``scipy.ndimage.affine_transform(order=1)``.
 
 The coordinate code (`_affine`, `_map_coordinate`, `_axis_lookup`) takes its array
-module as `xp`, numpy or tensorflow, so the tf.data path (`mgtutor.augment_tf`) runs
+module as `xp`, numpy or tensorflow, so the tf.data path (`mgtutor.keras2.augment_tf`) runs
 this very code in TF ops and gives the same pixels: one copy of SciPy's rules, not two.
 """
 
