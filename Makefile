@@ -10,6 +10,10 @@ RUN_ARGS ?=
 # Extra arguments for pytest, e.g. make test TEST_ARGS="-k data"
 TEST_ARGS ?=
 PORT ?= 8888
+# make wheelhouse WHEELS=dir: every wheel setup needs, for this platform; make setup WHEELS=dir: install
+# from that folder alone, with no index (a classroom without internet).
+WHEELS ?=
+PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(call _shell_quote,$(WHEELS)))
 # Where `make run` reads the notebooks and creates run folders, and the folder `make lab` opens.
 NOTEBOOKS ?= notebooks
 RUNS ?= runs
@@ -18,7 +22,7 @@ RUNS ?= runs
 # one of this Makefile's own becomes `-p NAME VALUE` for the runner, which checks names and types
 # before any notebook starts. Values with anything but plain characters are single-quoted for the
 # shell (like Python's shlex.quote), so spaces, quotes and $ survive.
-OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS CHECK_ARGS PORT NOTEBOOKS RUNS
+OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS CHECK_ARGS PORT NOTEBOOKS RUNS WHEELS PIP_SOURCE
 _CAPS_CHARS := A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 _
 _PLAIN_CHARS := $(_CAPS_CHARS) a b c d e f g h i j k l m n o p q r s t u v w x y z . , : / = + - @ %
 # $(call _without,TEXT,CHARS): TEXT with every one of CHARS removed.
@@ -31,17 +35,24 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run test check lab lint clean reset
+.PHONY: setup run test check lab lint clean reset wheelhouse
 
 setup: $(STAMP)
 
 # Rebuilt only when the package's requirements change, so repeating `make setup` is cheap.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet $(PIP_SOURCE) --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet $(PIP_SOURCE) -e '.[dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name mgtutor --display-name "Python (mgtutor)" >/dev/null
 	touch $(STAMP)
+
+wheelhouse:
+	@test -n "$(WHEELS)" || { echo "make wheelhouse: say where, e.g. make wheelhouse WHEELS=wheels" >&2; exit 2; }
+	$(PYTHON) -m pip download --quiet --dest $(call _shell_quote,$(WHEELS)) --only-binary=:all: pip setuptools wheel
+	$(PYTHON) -m pip download --quiet --dest $(call _shell_quote,$(WHEELS)) '.[dev]'
+	rm -f $(call _shell_quote,$(WHEELS))/mgtutor-*
+	@echo "wheelhouse: $$(ls $(call _shell_quote,$(WHEELS)) | wc -l) files, $$(du -sh $(call _shell_quote,$(WHEELS)) | cut -f1) in $(WHEELS)"
 
 run: setup
 	$(if $(NOT_PARAMETERS),$(warning make run: ignoring $(NOT_PARAMETERS): notebook parameters are ALL_CAPS))
