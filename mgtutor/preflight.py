@@ -99,12 +99,12 @@ def check_data(allow_synthetic: bool) -> list[Check]:
         try:
             data = load_dataset(name, synthetic_fallback=False, allow_download=False)
         except DataNotFoundError:
-            detail = f"{name}: not found; the notebooks would use the labelled synthetic stand-in"
+            detail = "not found; the notebooks would use the labelled synthetic stand-in"
             checks.append(Check(f"data {name}", False, detail, fix, warning=allow_synthetic))
         except DataError as err:
-            checks.append(Check(f"data {name}", False, f"{name}: damaged: {err}".splitlines()[0], fix))
+            checks.append(Check(f"data {name}", False, f"damaged: {err}".splitlines()[0], fix))
         else:
-            checks.append(Check(f"data {name}", True, f"{name}: real data, from {data.source}"))
+            checks.append(Check(f"data {name}", True, f"real data, from {data.source}"))
     return checks
 
 

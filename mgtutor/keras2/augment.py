@@ -2,7 +2,7 @@
 of whole batches transformed with vectorised NumPy), and two fast paths with the same
 augmentations: ``as_dataset`` (``tf.data``) and ``as_layers`` (inside the model, per device).
 
-Faithful to tf_keras 2.21 (tests/unit/test_augment.py compares pixel by pixel), except:
+Faithful to tf_keras 2.21 (tests/unit/keras2/test_augment.py compares pixel by pixel), except:
 ``width_shift_range`` shifts horizontally as documented (tf_keras swaps the axes, tf-keras#310);
 rotation turns about the true centre; featurewise options before ``fit`` raise `NotFittedError`
 instead of being skipped; the same seed gives the same (not tf_keras's) augmentations;

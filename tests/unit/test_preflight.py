@@ -51,7 +51,7 @@ def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
         done = _run("--ports", str(port), env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert any(line.startswith("FAIL  data cifar10: cifar10: not found") for line in lines)
+    assert any(line.startswith("FAIL  data cifar10: not found") for line in lines)
     assert any(line.startswith("FAIL  ports:") and str(port) in line for line in lines)
     assert "python -m mgtutor.data download --to DIR" in done.stdout
     assert f"lsof -i :{port}" in done.stdout
@@ -70,7 +70,7 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     assert smoke["ok"] and "max weight difference" in smoke["detail"]
     difference = float(smoke["detail"].split("max weight difference ")[1].split()[0])
     assert difference <= preflight.PARITY_TOLERANCE
-    assert checks["data cifar10"]["detail"].startswith("cifar10: real data, from ")
+    assert checks["data cifar10"]["detail"].startswith("real data, from ")
 
 
 def test_missing_data_only_warns_with_allow_synthetic():
