@@ -30,6 +30,8 @@ from tests.notebooks.noise import noise_in
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
 IN_PLACE = ["07_save_and_restore", "10_multi_worker"]  # both their runs: test_runs_again_in_place
 ELSEWHERE = [nb for nb in NOTEBOOKS if nb.stem not in IN_PLACE]
+# Worked solutions to the exercises: run once, on the real data, at the same tiny sizes.
+SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*_solutions.ipynb"))
 TINY = {
     "N_DEVICES": 2,
     "N_WORKERS": 2,
@@ -142,8 +144,16 @@ def test_runs_again_in_place(stem, tmp_path, monkeypatch):
     assert lint.returncode == 0, lint.stdout
 
 
+@pytest.mark.notebook
+@pytest.mark.parametrize("notebook", SOLUTIONS, ids=[nb.stem for nb in SOLUTIONS])
+def test_solutions(notebook, tmp_path):
+    parameters = tiny_parameters(notebook)
+    records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
+    check(notebook, records, parameters)
+
+
 def test_every_notebook_has_checks():
-    assert sorted(CHECKS) == sorted(nb.stem for nb in NOTEBOOKS)
+    assert sorted(CHECKS) == sorted(nb.stem for nb in NOTEBOOKS + SOLUTIONS)
 
 
 # --------------------------------------------------------------------------- per notebook
@@ -368,3 +378,36 @@ def _(records: dict, p: dict) -> None:
     assert records["steps_trained_after_restart"] == steps - p["KILL_AFTER_STEP"]
     learnt(records, "val_accuracy")
     near_baseline(records)
+
+
+# --------------------------------------------------------------------------- solutions
+
+
+@checks("00_environment_solutions")
+def _(records: dict, p: dict) -> None:
+    assert records["n_devices"] == p["N_DEVICES"]
+    assert records["seed_002_mib"]["float32"] == pytest.approx(206_538_153 * 4 / 2**20)
+    assert records["seed_002_mib"]["float16"] == pytest.approx(records["seed_002_mib"]["float32"] / 2)
+    counts = records["dense_1024_parameters"]
+    assert counts["predicted"] == counts["counted"] == 3_676_682
+
+
+@checks("01_prepare_data_solutions")
+def _(records: dict, p: dict) -> None:
+    counts = records["subset_1003_counts"]
+    assert sum(counts) == 1003 and max(counts) - min(counts) == 1  # as balanced as 1,003 allows
+    assert records["synthetic_classes_differ"] is True
+    global_batch = p["BATCH_SIZE_PER_REPLICA"] * p["N_DEVICES"]
+    last = records["last_batch"]
+    assert last["images"] == (min(p["TRAIN_SAMPLES"], 5000) % global_batch or global_batch)
+    assert sum(last["per_replica"]) == last["images"] and len(last["per_replica"]) == p["N_DEVICES"]
+    assert max(last["per_replica"]) - min(last["per_replica"]) <= 1
+
+
+@checks("02_build_cnn_solutions")
+def _(records: dict, p: dict) -> None:
+    accuracy = records["optimizer_accuracy"]
+    assert set(accuracy) == {"seed RMSprop 1e-4", "Adam"} and all(0 <= a <= 1 for a in accuracy.values())
+    assert records["parameters_with_and_without_dropout"] == [1_250_858, 1_250_858]
+    dense = records["dense_64x64"]
+    assert dense["predicted"] == dense["counted"] == 14 * 14 * 64 * 512 + 512

@@ -11,7 +11,7 @@ import pytest
 from mgtutor.series import find_notebooks, notebook_parameters
 from tests.conftest import ROOT
 
-NOTEBOOKS = find_notebooks(ROOT / "notebooks")
+NOTEBOOKS = find_notebooks(ROOT / "notebooks") + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 # `from mgtutor... import (a, b)` or `from mgtutor... import a, b`, in cells and in the scripts they write
 IMPORT_FROM_MGTUTOR = r"^\s*from (mgtutor\S*) import (?:\(([^)]*)\)|([\w, ]+)$)"
 
@@ -44,6 +44,11 @@ def test_one_parameters_cell_of_all_caps_literals(notebook):
 def test_teaching_shape(notebook):
     path, nb = notebook
     markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    if path.parent.name == "solutions":  # a title linking the lesson, then one section per exercise
+        assert markdown[0].startswith(f"# {path.name[:2]} · Solutions"), "title first, numbered like the file"
+        assert f"(../{path.name.replace('_solutions', '')})" in markdown[0], "links its lesson"
+        assert sum(len(re.findall(r"^## Exercise \d", m, flags=re.M)) for m in markdown) >= 2
+        return
     assert markdown[0].startswith(f"# {path.name[:2]} ·"), "title first, numbered like the file"
     assert "**Objectives**" in markdown[0]
     assert any(m.startswith("## Summary") for m in markdown)
