@@ -1,33 +1,8 @@
-"""BatchNormalization under data parallelism: one set of moving statistics, not one per replica.
+"""BatchNormalization under replicas: one set of moving statistics, not one drifting copy per replica.
 
-Under a ``MirroredStrategy`` every variable has one copy per replica. The
-optimizer keeps the trainable copies equal (it applies the all-reduced
-gradients to each), but BatchNormalization's moving mean and variance are
-non-trainable, aggregation NONE: each replica updates its own copy from its
-own slice of the batch, and the copies drift apart (measured: 4.3e-3 for
-MiniGoogLeNet after one epoch of 100 images on 2 devices). The live model then
-predicts each slice of a batch with a different copy, and Keras saves replica
-0's copy only, so the saved model predicts unlike the live one.
-
-Two remedies, and the measurement that tells whether one is needed:
-
-* `replica_copy_spread`: the largest difference between the copies (0.0 when
-  there is one replica or no strategy);
-* ``BatchNormalization(synchronized=True)`` (`sync_batchnorm` switches an
-  existing model): each replica normalises with the statistics of the whole
-  global batch, all-reduced in every layer, so the copies stay equal and
-  training matches one device with the global batch (measured in float64:
-  4e-16). It costs three all-reduces per layer per step forward and two
-  backward (on 2 logical CPUs: no measurable time per epoch, 2x the tracing;
-  ``benchmarks/bench_batchnorm.py``);
-* `average_replica_copies` (and the `AverageReplicaCopies` callback, at each
-  epoch end): sets every copy to the copies' mean, the statistics of all the
-  data the replicas saw, as timm's ``distribute_bn`` does. Training itself
-  still normalises each replica's slice on its own.
-
-`mgtutor.save_model` and `mgtutor.export_for_serving` refuse a model whose
-copies differ by more than `DRIFT_TOLERANCE`. Importing this module imports
-TensorFlow but starts nothing.
+`replica_copy_spread` measures the drift; ``BatchNormalization(synchronized=True)``
+(`sync_batchnorm`) prevents it; `average_replica_copies` (and the `AverageReplicaCopies`
+callback) repairs it. `mgtutor.save_model` refuses a drifted model. Notebook 05 teaches why.
 """
 
 from __future__ import annotations

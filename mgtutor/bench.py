@@ -1,17 +1,8 @@
-"""The scaling study: training throughput on 1, 2, 4 ... devices, and its command line.
+"""The scaling study: `scaling_study` and ``python -m mgtutor.bench --devices 1 2 4``.
 
-`scaling_study` (command line: ``python -m mgtutor.bench --devices 1 2 4``)
-runs `mgtutor.throughput.measure_training` for several device counts, each
-count in its own child process (TensorFlow fixes its devices once per process,
-and two MirroredStrategy sizes in one process abort it), then adds speed-up,
-efficiency and a reading of the bottleneck (`mgtutor.scaling`), and writes JSON
-and a plot (`mgtutor.plots.plot_scaling`). Training on a synthetic batch (no
-input cost) beside the real pipelines shows whether the input is what limits
-scaling. A child is this module again: ``python -m mgtutor.bench --worker
-CONFIG_JSON`` prints its runs on one result line.
-
-Importing this module starts nothing: the command line checks its arguments,
-and starts its children, from a process that never imports TensorFlow.
+Each device count runs `mgtutor.throughput.measure_training` in its own child process (a child is
+``python -m mgtutor.bench --worker CONFIG_JSON``); speed-up, efficiency and the reading come from
+`mgtutor.scaling`. This process never imports TensorFlow.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Load CIFAR-10 and MNIST from wherever they are, offline included, and prepare them.
+"""Load CIFAR-10 and MNIST from wherever they are, offline included: `load_dataset`.
 
-Where the loaders look, in this order (the first source that has the data wins):
-
-1. the ``path`` argument: a file (``cifar-10-python.tar.gz``, a Keras-layout
-   ``.npz``, the IDX ``.gz`` files' folder) or a folder holding one of them;
-2. the folder or file named by the environment variable ``MGTUTOR_DATA_DIR``;
-3. the Keras cache (``$KERAS_HOME/datasets``, default ``~/.keras/datasets``),
-   where ``keras.datasets.*.load_data()`` leaves its downloads;
-4. the normal Keras download, when the network is reachable and
-   ``MGTUTOR_OFFLINE`` is not set.
-
-If all of them fail, ``load_dataset(..., synthetic_fallback=True)`` (what the
-notebooks use) returns a clearly labelled synthetic data set of the same shape
-that a CNN can learn, so a classroom without internet still runs the series.
-Asked for real data only, the loaders raise `DataError` listing what they tried.
+Looked for in this order: the ``path`` argument, ``MGTUTOR_DATA_DIR``, the Keras cache
+(``$KERAS_HOME/datasets``), then the Keras download unless ``MGTUTOR_OFFLINE`` is set. Failing
+all, the notebooks get a labelled synthetic stand-in; asked for real data only, `DataError`
+lists what was tried. ``python -m mgtutor.data`` runs the classroom data kit (`mgtutor.datakit`).
 """
 
 from __future__ import annotations

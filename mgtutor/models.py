@@ -1,16 +1,7 @@
-"""The models of the series, rebuilt in Keras 3 from the seed tutorials they come from.
+"""The seeds' models rebuilt in Keras 3, layer for layer, behind `build_model`; and `seed_optimizer`.
 
-The seeds were written for Keras 2 (and one for DL4J); their model code no
-longer runs as written. Each builder here reproduces one seed model layer for
-layer, so parameter counts, summaries and timings can be compared with the
-originals, and takes ``seed`` so that two runs (or a single-device and a
-multi-device run) start from bit-identical weights.
-
-Every builder validates its arguments before touching Keras and builds the model
-on a ``keras.Input``, so the model has its weights as soon as it is returned.
-Keras is imported inside the functions: importing this module does not import
-TensorFlow, let alone start its runtime (`mgtutor.setup_devices` must come first).
-The models assume Keras' default ``channels_last`` image layout.
+Every builder checks its arguments before touching Keras, takes ``seed`` (two runs start from
+identical weights) and returns a built model. Importing this module does not import TensorFlow.
 """
 
 from __future__ import annotations

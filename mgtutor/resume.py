@@ -1,32 +1,9 @@
-"""Make a training run survive being killed: run the same command again, get the same weights.
+"""`resumable_fit`: a run killed mid-epoch, run again, ends with the weights of an uninterrupted run.
 
-A run killed mid-epoch (preempted VM, out-of-memory kernel, Ctrl-C at the wrong
-time) should pick up where it stopped, not start over. Keras 3.15's
-``keras.callbacks.BackupAndRestore(backup_dir, save_freq=N)`` gets only part of
-the way (measured; see also keras#19179 and keras#20712):
-
-* it restores weights, optimizer state and the epoch counter, but it re-runs
-  the interrupted epoch from its first batch: the ``batch`` it writes to
-  ``training_metadata.json`` is never read, so the batches trained before the
-  kill are trained twice and the result differs from an uninterrupted run;
-* its ``.weights.h5`` holds no random-generator state, so Dropout masks after
-  a restart differ from those of the uninterrupted run;
-* killed again during the first epoch after a restart, it records epoch 0
-  (its epoch counter starts at 0 in each process), and the next restart
-  trains every epoch again on top of the trained weights;
-* the model must be built before ``fit`` (keras#20712), and the data order of
-  ``fit(shuffle=True)`` after a restart is not the order the first run would
-  have used.
-
-`resumable_fit` does it completely. Each epoch's order is a pure function of
-``(seed, epoch)``; every `save_every_steps` batches it saves, in one file
-written atomically, every model variable (including the random-generator
-states of Dropout layers), the optimizer state, the metric accumulators, and
-the position (epoch, batch). On restart it restores them and feeds only the
-batches of the interrupted epoch that were not yet trained, so the final
-weights are bit-identical to an uninterrupted run's (measured on 1 and 2
-devices; it turns TensorFlow's op determinism on too, without which some GPU
-kernels add in a varying order and two runs, killed or not, differ slightly).
+Keras 3's ``BackupAndRestore`` re-runs the interrupted epoch from its first batch and keeps no
+Dropout generator state (keras#19179, keras#20712). Here each epoch's order is a function of
+(seed, epoch), and every `save_every_steps` batches one atomically written file holds every
+variable, the optimizer and metric state and the position; a restart trains only what is left.
 """
 
 from __future__ import annotations

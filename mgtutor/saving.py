@@ -1,25 +1,8 @@
-"""Save what was trained so that it loads anywhere, and never lose a good file to a crash.
+"""Saving that loads anywhere and never loses a good file: `save_model`, `load_model`, `export_for_serving`.
 
-Seed 001 ends with ``model.save('my_model.h5')``. Multi-device training loses
-work four ways, and this module closes each:
-
-* saving the parallel wrapper instead of the model: a `TowersModel` names the
-  devices it ran on and will not load where they do not exist. `save_model`
-  saves its template (the real model, whose weights the wrapper trained);
-* a file that only loads under the strategy it was made with: the Keras 3
-  format stores values, not devices, so `load_model` puts a model trained on
-  4 devices on 1, or one trained on 1 into a ``MirroredStrategy``;
-* a save cut short (kernel killed, disk full) that leaves half a file where a
-  good one was: every write goes to a temporary file in the same folder and
-  replaces the target in one ``os.replace``, which is atomic on one file system;
-* a file that predicts unlike the trained model: under a ``MirroredStrategy``
-  each replica keeps its own BatchNormalization statistics and Keras saves
-  replica 0's; such a model is refused, with the two remedies
-  (`mgtutor.batchnorm`).
-
-`export_for_serving` and `load_served` cover the TensorFlow SavedModel that
-TF Serving and TFLite read. Keras is imported inside the functions: importing
-this module starts nothing (`mgtutor.setup_devices` must come first).
+A towers model is saved as its template; a file loads on any device count (``strategy=``);
+every write is atomic; a model with drifted BatchNorm copies is refused (`mgtutor.batchnorm`).
+Keras is imported inside the functions, so importing this starts nothing.
 """
 
 from __future__ import annotations

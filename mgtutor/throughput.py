@@ -1,18 +1,6 @@
-"""Measure throughput in this process: the input pipeline alone, and training on N devices.
-
-Training speed on N devices is bounded by the slower of two rates: how fast
-the devices consume batches and how fast the input pipeline produces them.
-
-* `pipeline_images_per_second` measures the second, for any iterable of batches
-  (a ``PyDataset`` from ``ImageDataGenerator.flow``, a ``tf.data.Dataset``, a
-  generator).
-* `measure_training` measures the first, in this process: images/s of ``fit``
-  on n devices fed by one input pipeline, with the machine facts needed to read it.
-
-Several device counts need several processes (TensorFlow fixes its devices once
-per process): `mgtutor.bench.scaling_study` runs this module's measurement in
-one child per count. Importing this module starts nothing: TensorFlow loads
-only inside `measure_training`.
+"""Throughput measured in this process: the input pipeline alone (`pipeline_images_per_second`) and
+training on N devices (`measure_training`), whichever is slower sets the pace. Several device counts
+need several processes: `mgtutor.bench` runs one child per count. TensorFlow loads only when used.
 """
 
 from __future__ import annotations

@@ -1,53 +1,11 @@
-"""A custom training loop that trains the same way on one device, N devices and N machines.
+"""`Trainer`: one ``strategy.run`` loop for one device, N devices and N machines, with ``fit``'s comforts.
 
-When one machine's GPUs are not enough, the next step is
-``tf.distribute.MultiWorkerMirroredStrategy``: one process per machine, told
-where the others are by the ``TF_CONFIG`` environment variable
-(`mgtutor.cluster` starts such processes on one machine). In Keras 3 its
-``model.fit`` path is broken (keras#20585; measured on TF 2.21 + Keras 3.15:
-``ValueError: Attempt to convert a value (PerReplica...) to a Tensor``).
-`Trainer` is the loop TensorFlow's multi-worker tutorial writes by hand,
-built on ``strategy.run``, with what ``fit`` gives on top: epochs, validation,
-Keras callbacks and ``History``, a progress bar, TensorBoard scalars, and
-checkpoints that survive a killed worker.
-
-How it trains (the same under the default strategy, ``MirroredStrategy`` and
-``MultiWorkerMirroredStrategy``):
-
-* Data: numpy arrays and a *global* batch size. Each epoch's order is a pure
-  function of ``(seed, epoch)``; each global batch is cut into one contiguous
-  slice per replica, and each worker's input pipeline reads only the rows of
-  its own replicas (``distribute_datasets_from_function``). So replica r sees
-  the same examples whether the replicas are devices of one process or
-  processes on several machines. Only full batches are trained
-  (``drop_remainder``): an epoch is ``len(x) // batch_size`` steps, and the
-  ``len(x) % batch_size`` examples left out change from epoch to epoch.
-  Validation pads its last batch with zero-weight rows, so every example
-  counts exactly once.
-* Loss: the per-example loss summed and divided by the GLOBAL batch
-  (``tf.nn.compute_average_loss``), plus ``model.losses`` divided by the
-  replica count (``tf.nn.scale_regularization_loss``). The optimizer sums the
-  replicas' gradients, which makes the sum the gradient of the global-batch
-  mean, as on one device. Logged values are Keras metrics updated inside each
-  replica and summed across replicas when read: the numbers ``fit`` logs.
-* Checkpoints (TF's documented fault-tolerance pattern): every worker saves,
-  as collective reads need all of them; the chief writes into
-  ``checkpoint_dir``, the others into a temporary folder they delete at once.
-  On start every worker restores the latest checkpoint in ``checkpoint_dir``
-  and skips the batches of the interrupted epoch already trained, so a
-  restarted job sees the same data in the same order. In a real cluster
-  ``checkpoint_dir`` must be storage every machine reads (NFS, GCS, S3).
-
-What the checkpoint holds, and why explicit variable lists: measured on
-Keras 3.15, ``tf.train.Checkpoint(model=model)`` saves the layers' weights
-but not the Dropout layers' random-generator states (Keras'
-``SeedGenerator`` is not trackable), so a restart would draw other dropout
-masks. The checkpoint therefore holds ``model.variables``,
-``optimizer.variables`` and the metric sums as lists, plus the position and
-the history as JSON (a ``tf.train.experimental.PythonState``).
-
-Importing this module imports TensorFlow but starts nothing, so
-`multi_worker_strategy` can still be the first thing to touch TF.
+Keras 3's ``fit`` fails under ``MultiWorkerMirroredStrategy`` (keras#20585), so this is the loop
+TensorFlow's multi-worker tutorial writes by hand (notebook 10 walks through its step): each
+epoch's order is a function of (seed, epoch), only full global batches are trained, the loss is
+divided by the global batch, and checkpoints (model, optimizer, metric and random-generator
+variables, plus the position) let a killed job resume to the same weights. Importing it starts
+nothing, so `multi_worker_strategy` can still be the first thing to touch TensorFlow.
 """
 
 from __future__ import annotations

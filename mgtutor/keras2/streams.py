@@ -1,16 +1,8 @@
-"""Keras 2's endless stream of batches, for Keras 3's ``fit(..., steps_per_epoch=...)``.
+"""`EndlessBatches`: Keras 2's endless stream of batches, for ``fit(..., steps_per_epoch=...)``.
 
-Keras 2's ``fit_generator`` read a ``Sequence`` (and ``flow()``) through an
-enqueuer that never stopped: ``steps_per_epoch`` batches per epoch, taken from
-one stream that went round the data pass after pass, calling ``on_epoch_end``
-(which reshuffles) at each pass boundary. Keras 3 instead restarts a finite
-``PyDataset`` only once it has been read to the end, so with ``steps_per_epoch``
-below its length an epoch ends up with the leftover batches and a warning "Your
-input ran out of data", and above its length every epoch is cut to one pass.
-
-`EndlessBatches` gives Keras 3 that stream back. It is an *infinite* PyDataset
-(``num_batches`` is None): Keras 3 then keeps one iterator across epochs and asks
-for positions 0, 1, 2, ... of the whole run, which this maps to (pass, batch).
+Keras 2 read a ``Sequence`` round and round, ``on_epoch_end`` at each pass; Keras 3 restarts a
+``PyDataset`` only once read to the end ("Your input ran out of data"). This infinite PyDataset
+maps Keras 3's positions 0, 1, 2, ... of the whole run to (pass, batch).
 """
 
 from __future__ import annotations
