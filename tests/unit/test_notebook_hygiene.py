@@ -115,3 +115,11 @@ def test_notebooks_use_only_the_public_api(notebook):
             used |= {name.strip() for name in names.split(",") if name.strip()}
     public = set(mgtutor.__all__)
     assert used <= public, f"{path.name}: not public: {sorted(used - public)}"
+
+
+def test_the_series_leaves_the_solutions_out():
+    # `make run` executes the lessons only: the worked solutions are for teachers and the tests.
+    series = find_notebooks(ROOT / "notebooks")
+    solutions = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+    assert solutions and not set(series) & set(solutions)
+    assert [nb.stem[:2] for nb in series] == [nb.stem[:2] for nb in solutions]  # one solutions notebook each
