@@ -49,8 +49,8 @@ _EXPORTS = {
     "replica_spread": "averaging",
     # multi-worker
     "Trainer": "trainer",
-    "multi_worker_strategy": "trainer",
-    "weights_digest": "trainer",
+    "multi_worker_strategy": "worker",
+    "weights_digest": "worker",
     "launch": "cluster",
     "report_result": "worker",
     # saving and resuming
@@ -60,7 +60,7 @@ _EXPORTS = {
     "export_for_serving": "saving",
     "load_served": "saving",
     "resumable_fit": "resume",
-    "resume_point": "resume",
+    "resume_point": "checkpoints",
     # speed
     "scaling_study": "bench",
     "projected_scaling": "amdahl",

@@ -1,4 +1,4 @@
-"""The callbacks the notebooks train with: `ProgressBar` and `Throughput`.
+"""The callbacks the notebooks train with: `ProgressBar` and `Throughput`; TensorBoard epoch scalars.
 
 `ProgressBar` saves one short line per epoch (Keras's own bar saves every redraw);
 `Throughput` measures images/s and seconds per epoch.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -57,8 +58,10 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         super().__init__()
         if live is not None and not isinstance(live, bool):
             raise ValueError(f"live must be True, False or None (decide from the session), got {live!r}.")
-        if isinstance(update_seconds, bool) or not isinstance(update_seconds, numbers.Real) or not (
-            update_seconds > 0
+        if (
+            isinstance(update_seconds, bool)
+            or not isinstance(update_seconds, numbers.Real)
+            or not (update_seconds > 0)
         ):
             raise ValueError(f"update_seconds must be a number of seconds > 0, got {update_seconds!r}.")
         self.live = live
@@ -214,3 +217,29 @@ class Throughput(keras.callbacks.Callback):
             print(f"epoch {epoch + 1}: {seconds:.1f} s, cut short after {self._steps} of {expected} steps")
         else:
             print(f"epoch {epoch + 1}: {seconds:.1f} s, {rate:,.0f} images/s")
+
+
+class EpochSummaries:
+    """Epoch scalars for TensorBoard, laid out as Keras' TensorBoard callback does (train/, validation/)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        import tensorflow as tf
+
+        self.writers = {
+            "": tf.summary.create_file_writer(str(log_dir / "train")),
+            "val_": tf.summary.create_file_writer(str(log_dir / "validation")),
+        }
+
+    def write(self, epoch: int, logs: dict[str, float]) -> None:
+        import tensorflow as tf
+
+        for prefix, writer in self.writers.items():
+            with writer.as_default(step=epoch):
+                for key, value in logs.items():
+                    if key.startswith("val_") == (prefix == "val_"):
+                        tf.summary.scalar(f"epoch_{key[len(prefix) :]}", value)
+            writer.flush()
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()

@@ -8,24 +8,21 @@ variable, the optimizer and metric state and the position; a restart trains only
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mgtutor import checkpoints
 from mgtutor._checks import check_whole
-from mgtutor.files import atomic_write
-from mgtutor.saving import ModelFileError, save_model
+from mgtutor.checkpoints import resume_point  # noqa: F401  (public from here: where resumable_fit resumes)
+from mgtutor.saving import save_model
 
-STATE_FILE = "resume-state.npz"
 EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}
 BEST_FILE = "best.weights.h5"
-_FORMAT = 1
 
 # fit arguments resumable_fit decides itself, and why.
 _OWN_ARGUMENTS = {
@@ -83,64 +80,6 @@ def _num_examples(x: Any, y: Any, sample_weight: Any) -> int:
     return n
 
 
-def _fingerprint(arrays: Any, n: int) -> str:
-    """A cheap checksum of up to 64 examples spread over the data, to notice other data on resume."""
-    import keras
-
-    rows = np.unique(np.linspace(0, n - 1, num=min(n, 64)).astype(np.int64))
-    checksum = 0
-    for leaf in keras.tree.flatten(arrays):
-        leaf = np.asarray(leaf)
-        sample = np.ascontiguousarray(leaf[rows])
-        checksum = zlib.crc32(f"{sample.dtype}{leaf.shape}".encode(), checksum)
-        checksum = zlib.crc32(sample.tobytes(), checksum)
-    return f"{checksum:08x}"
-
-
-def _checkpoint_folder(checkpoint_dir: Any) -> Path:
-    if (
-        isinstance(checkpoint_dir, bytes)
-        or not isinstance(checkpoint_dir, (str, os.PathLike))
-        or (str(checkpoint_dir) == "")
-    ):
-        raise TypeError(
-            f"checkpoint_dir must be a folder path (str or pathlib.Path), got {checkpoint_dir!r}; "
-            "pass e.g. checkpoint_dir='runs/cifar10-ckpt'."
-        )
-    folder = Path(os.fspath(checkpoint_dir)).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(
-            f"checkpoint_dir {str(folder)!r} is a file; give a folder (it is created if missing)."
-        )
-    existing = folder
-    while not existing.exists():  # the nearest folder that exists is the one we write into
-        existing = existing.parent
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PermissionError(
-            f"checkpoint_dir {str(folder)!r}: {str(existing)!r} is not writable by this user. "
-            "Choose a folder you own."
-        )
-    return folder
-
-
-def _check_callbacks(callbacks: Any) -> list:
-    import keras
-
-    if callbacks is None:
-        return []
-    if isinstance(callbacks, keras.callbacks.Callback):
-        callbacks = [callbacks]
-    callbacks = list(callbacks)
-    for callback in callbacks:
-        if isinstance(callback, keras.callbacks.BackupAndRestore):
-            raise ValueError(
-                "callbacks: resumable_fit does what BackupAndRestore does (and resumes "
-                "mid-epoch); with both, BackupAndRestore would overwrite the starting epoch. "
-                "Remove the BackupAndRestore callback."
-            )
-    return callbacks
-
-
 def _mode_for(monitor: str, mode: str) -> str:
     if mode not in ("auto", "min", "max"):
         raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}.")
@@ -148,125 +87,6 @@ def _mode_for(monitor: str, mode: str) -> str:
         return mode
     higher_is_better = ("acc", "auc", "precision", "recall", "f1")
     return "max" if any(word in monitor for word in higher_is_better) else "min"
-
-
-# --------------------------------------------------------------------------- state file
-
-
-def _values(variables: list) -> list[np.ndarray]:
-    return [np.asarray(v.numpy()) for v in variables]
-
-
-def _write_state(folder: Path, meta: dict, groups: dict[str, list]) -> None:
-    arrays = {"meta": np.array(json.dumps(meta))}
-    for group, variables in groups.items():
-        for i, value in enumerate(_values(variables)):
-            arrays[f"{group}.{i:05d}"] = value
-    with atomic_write(folder / STATE_FILE, ".npz") as temp, open(temp, "wb") as handle:
-        np.savez(handle, **arrays)
-
-
-def _read_state(folder: Path) -> tuple[dict, dict[str, list[np.ndarray]]] | None:
-    path = folder / STATE_FILE
-    if not path.exists():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            meta = json.loads(str(npz["meta"]))
-            groups: dict[str, list[np.ndarray]] = {}
-            for key in sorted(k for k in npz.files if k != "meta"):
-                groups.setdefault(key.split(".", 1)[0], []).append(npz[key])
-    except (OSError, ValueError, KeyError, EOFError) as err:
-        raise ModelFileError(
-            f"{str(path)!r} cannot be read ({type(err).__name__}: {err}). It is written "
-            "atomically, so something else damaged it. Delete it to start the run over (the "
-            "epoch-NN.weights.h5 checkpoints beside it are separate files)."
-        ) from err
-    if meta.get("format") != _FORMAT:
-        raise ModelFileError(
-            f"{str(path)!r} has format {meta.get('format')!r}, this mgtutor writes {_FORMAT}. "
-            "Delete it to start over, or resume with the mgtutor version that wrote it."
-        )
-    return meta, groups
-
-
-def resume_point(checkpoint_dir: str | os.PathLike) -> tuple[int, int] | None:
-    """Where `resumable_fit` would resume: (epoch, batches of it done), both from 0; None if fresh."""
-    state = _read_state(Path(os.fspath(checkpoint_dir)).expanduser())
-    if state is None:
-        return None
-    meta = state[0]
-    return int(meta["epoch"]), int(meta["step"])
-
-
-def _check_shapes(variables: list, values: list[np.ndarray], what: str, folder: Path) -> None:
-    if len(variables) != len(values):
-        raise ValueError(
-            f"the checkpoint in {str(folder)!r} holds {len(values)} {what} variables but this "
-            f"model has {len(variables)}: it was saved from a different model. Build the same "
-            "model (same builder and arguments), or use a fresh checkpoint_dir."
-        )
-    for variable, value in zip(variables, values, strict=True):
-        if tuple(variable.shape) != value.shape:
-            raise ValueError(
-                f"the checkpoint in {str(folder)!r} has {what} variable "
-                f"{getattr(variable, 'path', '?')!r} with shape {value.shape}, the model "
-                f"{tuple(variable.shape)}: it was saved from a different model. Build the same "
-                "model, or use a fresh checkpoint_dir."
-            )
-
-
-def _restore(variables: list, values: list[np.ndarray], what: str, folder: Path) -> None:
-    _check_shapes(variables, values, what, folder)
-    for variable, value in zip(variables, values, strict=True):
-        variable.assign(value)
-
-
-def _per_replica(variables: list) -> list | None:
-    """Each sync-on-read variable's per-replica parts (metric sums under a strategy), else None."""
-    import tensorflow as tf
-
-    parts = []
-    for variable in variables:
-        value = getattr(variable, "value", None)
-        if not isinstance(value, tf.distribute.DistributedValues) or (
-            value.synchronization != tf.VariableSynchronization.ON_READ
-        ):
-            return None
-        parts.append(_Stacked(value.values))
-    return parts
-
-
-class _Stacked:
-    """The per-replica parts of one variable, saved as one array (replica axis first)."""
-
-    def __init__(self, components: Any) -> None:
-        self.components = components
-        self.shape = (len(components), *components[0].shape)
-
-    def numpy(self) -> np.ndarray:
-        return np.stack([np.asarray(c.numpy()) for c in self.components])
-
-
-def _restore_metrics(variables: list, totals: list, replica_values: list | None, folder: Path) -> None:
-    if [tuple(v.shape) for v in variables] != [t.shape for t in totals]:
-        warnings.warn(
-            "resumable_fit: the model's metrics differ from the checkpoint's (compiled with "
-            "other metrics?); the resumed epoch's logged averages cover only the batches "
-            "after the restart. The weights are unaffected.",
-            stacklevel=3,
-        )
-        return
-    # A sum assigned across replicas is split evenly among them; adding each replica's
-    # next batches to its own old part instead keeps the logged values bit-identical.
-    parts = _per_replica(variables)
-    if parts is not None and replica_values is not None:
-        if [p.shape for p in parts] == [v.shape for v in replica_values]:
-            for part, values in zip(parts, replica_values, strict=True):
-                for component, value in zip(part.components, values, strict=True):
-                    component.assign(value)
-            return
-    _restore(variables, totals, "metric", folder)
 
 
 # --------------------------------------------------------------------------- data
@@ -278,12 +98,7 @@ def _batches(arrays: Any, n: int, batch_size: int, seed: int, first: int, last: 
     import tensorflow as tf
 
     def one_epoch(epoch: Any) -> Any:
-        # Stateless: the order depends on (seed, epoch) only, never on what ran before,
-        # so a restarted process shuffles epoch 3 exactly as the first process did.
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch])
-        )
-        return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
+        return checkpoints.epoch_rows(n, seed, epoch).batch(batch_size)
 
     steps = math.ceil(n / batch_size)
     indices = tf.data.Dataset.range(first, last).flat_map(one_epoch).skip(skip)
@@ -319,7 +134,7 @@ class _Checkpointer:
         groups = {"model": self.model.variables, "optimizer": self.model.optimizer.variables}
         if with_metrics:
             groups["metrics"] = self.model.metrics_variables
-            per_replica = _per_replica(self.model.metrics_variables)
+            per_replica = checkpoints.per_replica(self.model.metrics_variables)
             if per_replica is not None:
                 groups["metric_replicas"] = per_replica
         return groups
@@ -339,18 +154,26 @@ class _Checkpointer:
         self.average()
         self.meta.update(epoch=epoch, step=step)
         # Mid-epoch, the metric sums so far belong to the epoch's logs; at its end they are reset.
-        _write_state(self.folder, self.meta, self.groups(with_metrics=step > 0))
+        checkpoints.write_state(self.folder, self.meta, self.groups(with_metrics=step > 0))
 
     def epoch_begin(self, epoch: int) -> None:
         self.offset = self.skip.pop(epoch, 0)
         if self.metric_values is not None:
             # fit has just reset the metrics; give back the sums of the batches done before the kill.
-            _restore_metrics(self.model.metrics_variables, *self.metric_values, self.folder)
+            if not checkpoints.restore_metrics(
+                self.model.metrics_variables, *self.metric_values, self.folder
+            ):
+                warnings.warn(
+                    "resumable_fit: the model's metrics differ from the checkpoint's (compiled with other "
+                    "metrics?); the resumed epoch's logged averages cover only the batches after the "
+                    "restart. The weights are unaffected.",
+                    stacklevel=2,
+                )
             self.metric_values = None
 
     def batch_end(self, epoch: int, batch: int) -> None:
         step = self.offset + batch + 1
-        if step % self.save_every == 0 and step < self.meta["steps_per_epoch"]:
+        if step % self.save_every == 0 and step < self.meta["settings"]["steps_per_epoch"]:
             self.save(epoch, step)
 
     def epoch_end(self, epoch: int, logs: dict | None) -> None:
@@ -410,21 +233,6 @@ def _progress_bar(epochs: int) -> Any:
     return _RunProgbar()
 
 
-def _history(model: Any, meta: dict, params: dict, resumed_from: tuple[int, int] | None) -> Any:
-    import keras
-
-    history = keras.callbacks.History()
-    history.set_model(model)  # sets model.history, as fit does
-    history.set_params(params)
-    history.epoch = list(range(len(meta["history"])))
-    history.history = {}
-    for logs in meta["history"]:
-        for key, value in logs.items():
-            history.history.setdefault(key, []).append(value)
-    history.resumed_from = resumed_from
-    return history
-
-
 # --------------------------------------------------------------------------- resumable_fit
 
 
@@ -480,7 +288,7 @@ def resumable_fit(
             f"model {model.name!r} is not compiled; call model.compile(optimizer=..., loss=...) "
             "first (inside strategy.scope() when training with a strategy)."
         )
-    folder = _checkpoint_folder(checkpoint_dir)
+    folder = checkpoints.checkpoint_folder(checkpoint_dir)
     epochs = check_whole("epochs", epochs, 1)
     batch_size = check_whole("batch_size", batch_size, 1)
     save_every_steps = check_whole("save_every_steps", save_every_steps, 1)
@@ -494,7 +302,12 @@ def resumable_fit(
             f"resumable_fit got unexpected argument(s) {', '.join(unknown)}; besides its own it "
             f"passes these to fit: {', '.join(sorted(_PASSED_TO_FIT))}."
         )
-    callbacks = _check_callbacks(fit_kwargs.pop("callbacks", None))
+    callbacks = fit_kwargs.pop("callbacks", None) or []
+    callbacks = [callbacks] if isinstance(callbacks, keras.callbacks.Callback) else list(callbacks)
+    checkpoints.refuse_backup_and_restore(
+        callbacks,
+        "Remove the BackupAndRestore callback: resumable_fit saves the whole state and resumes mid-epoch.",
+    )
     n = _num_examples(x, y, sample_weight)
     if strategy is None:
         strategy = model.distribute_strategy
@@ -521,22 +334,10 @@ def resumable_fit(
     steps = math.ceil(n / batch_size)
     arrays = (x, y) if sample_weight is None else (x, y, sample_weight)
     settings = {"batch_size": batch_size, "seed": seed, "num_examples": n, "steps_per_epoch": steps,
-                "data": _fingerprint(arrays, n)}  # fmt: skip
-    state = _read_state(folder) if folder.is_dir() else None
+                "data": checkpoints.fingerprint(arrays, n)}  # fmt: skip
+    state = checkpoints.read_state(folder) if folder.is_dir() else None
     if state is not None:
-        changed = {k: (state[0].get(k), v) for k, v in settings.items() if state[0].get(k) != v}
-        if changed:
-            listed = "; ".join(
-                "other x/y values (their checksum differs)"
-                if k == "data"
-                else f"{k}: checkpoint {old!r}, now {new!r}"
-                for k, (old, new) in changed.items()
-            )
-            raise ValueError(
-                f"checkpoint_dir {str(folder)!r} holds a run with other settings ({listed}). "
-                "Resume with the same arguments, or start a new run in another checkpoint_dir "
-                "(or delete this one)."
-            )
+        checkpoints.check_same_settings(folder, state[0], settings)
 
     # ---- set up
     import tensorflow as tf
@@ -551,29 +352,24 @@ def resumable_fit(
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
     if state is not None:  # a different model is refused before anything changes
-        _check_shapes(model.variables, state[1].get("model", []), "model", folder)
-        _check_shapes(model.optimizer.variables, state[1].get("optimizer", []), "optimizer", folder)
+        checkpoints.check_shapes(model.variables, state[1].get("model", []), "model", folder)
+        checkpoints.check_shapes(
+            model.optimizer.variables, state[1].get("optimizer", []), "optimizer", folder
+        )
     tf.config.experimental.enable_op_determinism()
     folder.mkdir(parents=True, exist_ok=True)
 
-    meta = {"format": _FORMAT, **settings, "replicas": replicas, "epoch": 0, "step": 0,
-            "history": [], "best": None, "best_epoch": None, "monitor": monitor,
-            "finished": False, "keras": keras.__version__}  # fmt: skip
+    meta = checkpoints.new_state(settings, replicas=replicas, best=None, best_epoch=None, monitor=monitor,
+                                 keras=keras.__version__)  # fmt: skip
     checkpointer = _Checkpointer(model, folder, meta, save_every_steps, monitor, mode)
     resumed_from = None
     if state is not None:
         saved, groups = state
-        if saved.get("replicas") != replicas:
-            warnings.warn(
-                f"resumable_fit: the checkpoint was written with {saved.get('replicas')} "
-                f"replica(s), this run has {replicas}. Training continues correctly, but the "
-                "result will not be bit-identical to an uninterrupted run.",
-                stacklevel=2,
-            )
+        checkpoints.warn_other_replicas(saved, replicas, "resumable_fit")
         with strategy.scope():
-            _restore(model.variables, groups.get("model", []), "model", folder)
-            _restore(model.optimizer.variables, groups.get("optimizer", []), "optimizer", folder)
-        meta.update({k: saved[k] for k in ("epoch", "step", "history", "best", "best_epoch", "finished")})
+            checkpoints.restore(model.variables, groups.get("model", []), "model", folder)
+            checkpoints.restore(model.optimizer.variables, groups.get("optimizer", []), "optimizer", folder)
+        meta.update({k: saved[k] for k in ("epoch", "step", "history", "best", "best_epoch", "stopped")})
         if saved.get("monitor") != monitor:
             meta.update(best=None, best_epoch=None)  # a best of another quantity means nothing here
         resumed_from = (meta["epoch"], meta["step"])
@@ -582,10 +378,12 @@ def resumable_fit(
             checkpointer.metric_values = (groups.get("metrics", []), groups.get("metric_replicas"))
 
     start, skip = meta["epoch"], meta["step"]
-    if meta["finished"] or start >= epochs:
-        why = "stopped early (stop_training)" if meta["finished"] else f"reached epoch {start}"
+    if meta["stopped"] or start >= epochs:
+        why = "stopped early (stop_training)" if meta["stopped"] else f"reached epoch {start}"
         say(f"resumable_fit: the run in {folder} already {why}; restored its final weights.")
-        return _history(model, meta, {"epochs": epochs, "steps": steps, "verbose": verbose}, resumed_from)
+        return checkpoints.history_of(
+            model, meta, {"epochs": epochs, "steps": steps, "verbose": verbose}, resumed_from
+        )
     if resumed_from is None:
         say(
             f"resumable_fit: new run in {folder}: {epochs} epochs of {steps} batches, state "
@@ -626,9 +424,9 @@ def resumable_fit(
             **fit_kwargs,
         )
         if model.stop_training:
-            meta["finished"] = True
+            meta["stopped"] = True
             checkpointer.save(meta["epoch"], meta["step"])
             break
     params = dict(getattr(last, "params", None) or {})
     params.update(epochs=epochs, steps=steps)
-    return _history(model, meta, params, resumed_from)
+    return checkpoints.history_of(model, meta, params, resumed_from)

@@ -3,21 +3,15 @@
 Keras 3's ``fit`` fails under ``MultiWorkerMirroredStrategy`` (keras#20585), so this is the loop
 TensorFlow's multi-worker tutorial writes by hand (notebook 10 walks through its step): each
 epoch's order is a function of (seed, epoch), only full global batches are trained, the loss is
-divided by the global batch, and checkpoints (model, optimizer, metric and random-generator
-variables, plus the position) let a killed job resume to the same weights. Importing it starts
-nothing, so `multi_worker_strategy` can still be the first thing to touch TensorFlow.
+divided by the global batch, and checkpoints (`mgtutor.checkpoints`, the engine `resumable_fit`
+uses too) let a killed job resume to the same weights. Importing it starts nothing, so
+`multi_worker_strategy` can still be the first thing to touch TensorFlow.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import shutil
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,63 +19,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgtutor import checkpoints
 from mgtutor._checks import check_whole
+from mgtutor._feeding import distributed, epoch_batches, padded_rows
+from mgtutor._fit_plan import Plan, check_arrays, plan_fit
+from mgtutor._losses import make_metric, per_example_loss
 from mgtutor.parallel import check_batch_divisible
-from mgtutor.worker import is_chief, num_workers, worker_index
-
-CHECKPOINT_NAME = "ckpt"
-KEEP_CHECKPOINTS = 2
-_FORMAT = 1
-_ACCURACY_NAMES = ("accuracy", "acc")
-
+from mgtutor.progress import EpochSummaries
+from mgtutor.worker import is_chief, num_workers
 
 # --------------------------------------------------------------------------- strategies
-
-
-def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
-    """A ``MultiWorkerMirroredStrategy`` for this worker, configured from ``TF_CONFIG``.
-
-    Call it first, before anything else uses TensorFlow (`mgtutor.setup_devices`
-    included): it starts the collective runtime, which TF can only configure at
-    start-up. Each worker trains on all its GPUs, or on ONE CPU device: the
-    strategy does not use logical CPU devices. Without ``TF_CONFIG`` it is a
-    one-worker strategy, so the same script also runs alone.
-    """
-    raw = os.environ.get("TF_CONFIG")
-    if raw:
-        try:
-            config = json.loads(raw)
-        except ValueError:
-            config = None
-        task = config.get("task") if isinstance(config, dict) else None
-        if not (isinstance(task, dict) and "index" in task and isinstance(config.get("cluster"), dict)):
-            raise ValueError(
-                f"TF_CONFIG is not valid: {raw!r}. It must be JSON like "
-                '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", '
-                '"index": 0}}; mgtutor.cluster.tf_config(ports, index) writes it.'
-            )
-    try:
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    except RuntimeError as err:
-        if "startup" not in str(err):
-            raise
-        raise RuntimeError(
-            "multi_worker_strategy() must run before anything else uses TensorFlow in this "
-            "process (setup_devices, tensors, models, tf.config.list_logical_devices...): TF "
-            "configures its collective ops only at start-up. Move it to the top of the worker "
-            "script. Note that on a CPU each worker trains on one device whatever "
-            "setup_devices() says; on a GPU machine it uses every GPU of the worker."
-        ) from err
-
-
-def weights_digest(model: keras.Model) -> str:
-    """A short SHA-256 of all of `model`'s weights: equal digests mean bit-identical weights."""
-    digest = hashlib.sha256()
-    for value in model.get_weights():
-        array = np.ascontiguousarray(value)
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()[:16]
 
 
 def _strategy_of(variable: Any) -> Any:
@@ -92,278 +39,26 @@ def _strategy_of(variable: Any) -> Any:
     return None
 
 
-# --------------------------------------------------------------------------- checks
-
-
-def _arrays(x: Any, y: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    for part, value in (("x", x), ("y", y)):
-        if not isinstance(value, np.ndarray):
-            raise TypeError(
-                f"{name}: {part} must be a NumPy array, got {type(value).__name__}. The trainer "
-                "replays an exact batch order, which needs the data in memory (np.asarray(...))."
-            )
-    if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
-        raise ValueError(
-            f"{name}: x and y must hold as many examples each; got shapes {x.shape} and {y.shape}."
-        )
-    if len(x) == 0:
-        raise ValueError(f"{name}: x is empty, there is nothing to train on.")
-    return x, y
-
-
-def _auto_verbose() -> int:
-    # A live bar needs a terminal or a notebook; in a log (a launched worker) one line per epoch reads better.
-    return 1 if sys.stdout.isatty() or "ipykernel" in sys.modules else 2
-
-
-def _check_verbose(verbose: Any) -> int:
-    if verbose == "auto":
-        return _auto_verbose()
-    if isinstance(verbose, bool) or verbose not in (0, 1, 2):
-        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}.")
-    return int(verbose)
-
-
-def _folder(path: Any, name: str) -> Path:
-    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or str(path) == "":
-        raise TypeError(f"{name} must be a folder path (str or pathlib.Path), got {path!r}.")
-    folder = Path(os.fspath(path)).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{name} {str(folder)!r} is a file; give a folder (created if missing).")
-    return folder
-
-
-# --------------------------------------------------------------------------- loss and metrics
-
-
-class _PerExampleLoss(keras.losses.Loss):
-    """A loss function as a Keras Loss that returns one value per example (no reduction)."""
-
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
-        super().__init__(name=name, reduction=None)
-        self.fn = fn
-
-    def call(self, y_true: Any, y_pred: Any) -> Any:
-        # As Keras does for loss functions: labels (b,) against predictions (b, 1).
-        if len(y_true.shape) == len(y_pred.shape) - 1 and y_pred.shape[-1] == 1:
-            y_true = tf.expand_dims(y_true, -1)
-        return self.fn(y_true, y_pred)
-
-
-def _per_example_loss(loss: Any) -> keras.losses.Loss:
-    """`loss` (a name, a Keras Loss or a function) as a Loss with reduction None."""
-    if isinstance(loss, str):
-        try:
-            resolved = keras.losses.get(loss)
-        except ValueError as err:
-            raise ValueError(f"loss: unknown loss {loss!r}; e.g. 'categorical_crossentropy'.") from err
-        if isinstance(resolved, keras.losses.Loss):
-            loss = resolved
-        else:
-            return _PerExampleLoss(resolved, loss)
-    if isinstance(loss, keras.losses.Loss):
-        try:
-            return type(loss).from_config({**loss.get_config(), "reduction": None})
-        except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"loss: {type(loss).__name__} cannot be rebuilt without reduction ({err}); pass its "
-                "per-example function instead."
-            ) from err
-    if callable(loss):
-        return _PerExampleLoss(loss, getattr(loss, "__name__", "loss"))
-    raise TypeError(f"loss must be a loss name, a keras.losses.Loss or a function, got {loss!r}.")
-
-
-def _make_metric(spec: Any, y: np.ndarray, output_shape: tuple) -> keras.metrics.Metric:
-    """A fresh metric for `spec`, resolving 'accuracy' from the label and output shapes as compile does."""
-    if isinstance(spec, str) and spec.lower() in _ACCURACY_NAMES:
-        if output_shape[-1] == 1:
-            return keras.metrics.BinaryAccuracy(name=spec)
-        if y.ndim < len(output_shape) or (y.shape[-1] == 1 and output_shape[-1] > 1):
-            return keras.metrics.SparseCategoricalAccuracy(name=spec)
-        return keras.metrics.CategoricalAccuracy(name=spec)
-    if isinstance(spec, keras.metrics.Metric):
-        # Rebuilt so that its variables are created under the strategy's scope.
-        return type(spec).from_config(spec.get_config())
-    try:
-        resolved = keras.metrics.get(spec)
-    except ValueError as err:
-        raise ValueError(f"metrics: unknown metric {spec!r}; e.g. 'accuracy' or 'mae'.") from err
-    if isinstance(resolved, keras.metrics.Metric):
-        return resolved
-    return keras.metrics.MeanMetricWrapper(resolved, name=spec if isinstance(spec, str) else None)
-
-
-# --------------------------------------------------------------------------- data
-
-
-def _epoch_batches(n: int, batch: int, steps: int, seed: int, shuffle: bool, first: int, last: int) -> Any:
-    """Row indices of each global batch of epochs first..last-1, in their (seed, epoch) order."""
-
-    def one_epoch(epoch: Any) -> Any:
-        rows = tf.range(n, dtype=tf.int64)
-        if shuffle:
-            # Stateless: a restarted process shuffles epoch e exactly as the first one did.
-            rows = tf.random.experimental.stateless_shuffle(
-                rows, seed=tf.stack([tf.constant(seed, tf.int64), epoch])
-            )
-        return tf.data.Dataset.from_tensor_slices(rows).batch(batch, drop_remainder=True).take(steps)
-
-    return tf.data.Dataset.range(first, last).flat_map(one_epoch)
-
-
-def _distributed(strategy: Any, batches: Any, arrays: tuple, global_batch: int) -> Any:
-    """Feed each replica its contiguous slice of every global batch of row indices."""
-
-    def dataset_fn(context: tf.distribute.InputContext) -> Any:
-        per_replica = context.get_per_replica_batch_size(global_batch)
-        local = context.num_replicas_in_sync // context.num_input_pipelines  # replicas this pipeline feeds
-        start = context.input_pipeline_id * local * per_replica
-
-        def own_slices(rows: Any) -> Any:
-            return tf.reshape(rows[start : start + local * per_replica], [local, per_replica])
-
-        data = tf.data.Dataset.from_tensors(arrays).repeat()
-        # One element per local replica, in replica order: the strategy hands them out round-robin.
-        rows = batches.map(own_slices).unbatch()
-        gathered = tf.data.Dataset.zip((rows, data)).map(
-            lambda index, values: tuple(tf.gather(value, index) for value in values)
-        )
-        return gathered.prefetch(tf.data.AUTOTUNE)
-
-    return strategy.distribute_datasets_from_function(dataset_fn)
-
-
-def _padded_rows(n: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices 0..n-1 padded to whole batches (padding repeats row 0), and 1/0 weights."""
-    total = math.ceil(n / batch) * batch
-    rows = np.arange(total) % n
-    weights = (np.arange(total) < n).astype(np.float32)
-    return rows, weights
-
-
-# --------------------------------------------------------------------------- checkpoint state
-
-
-class _Progress(tf.train.experimental.PythonState):
-    """Where the run is (epoch, batch), the history so far, and the settings it was started with."""
-
-    def __init__(self) -> None:
-        self.state: dict[str, Any] = {"format": _FORMAT, "epoch": 0, "step": 0, "history": []}
-
-    def serialize(self) -> str:
-        return json.dumps(self.state)
-
-    def deserialize(self, string_value: Any) -> None:
-        self.state = json.loads(string_value.decode() if isinstance(string_value, bytes) else string_value)
-
-
-def _read_progress(path: str) -> dict[str, Any]:
-    reader = tf.train.load_checkpoint(path)
-    raw = reader.get_tensor("progress/.ATTRIBUTES/py_state")
-    return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-
-
-def _check_structure(path: str, groups: dict[str, list]) -> None:
-    """Refuse, before restoring anything, a checkpoint of another model."""
-    shapes = dict(tf.train.list_variables(path))
-    for group, variables in groups.items():
-        saved = {k: v for k, v in shapes.items() if k.startswith(f"{group}/")}
-        if len(saved) != len(variables):
-            raise ValueError(
-                f"the checkpoint {path!r} holds {len(saved)} {group} variables, this trainer has "
-                f"{len(variables)}: it was saved from another model, optimizer or metrics. Build "
-                "the same ones, or start in a fresh checkpoint_dir."
-            )
-        for i, variable in enumerate(variables):
-            shape = saved.get(f"{group}/{i}/.ATTRIBUTES/VARIABLE_VALUE")
-            if shape is not None and tuple(shape) != tuple(variable.shape):
-                raise ValueError(
-                    f"the checkpoint {path!r} has {group} variable {i} ({getattr(variable, 'path', '?')}) "
-                    f"of shape {tuple(shape)}, this one is {tuple(variable.shape)}: another model. Build "
-                    "the same model, or start in a fresh checkpoint_dir."
-                )
+# --------------------------------------------------------------------------- checkpoints
 
 
 class _Checkpointer:
-    """Saves on every worker (chief into `folder`, others into a temp folder), restores the latest."""
+    """The run's state in `mgtutor.checkpoints`' file: every worker reads the values, the chief writes."""
 
-    def __init__(self, strategy: Any, folder: Path, groups: dict[str, list], progress: _Progress) -> None:
-        self.folder = folder
+    def __init__(self, strategy: Any, folder: Path, groups: dict[str, list], state: dict) -> None:
+        self.strategy, self.folder, self.groups, self.state = strategy, folder, groups, state
         self.chief = is_chief(strategy)
-        self.checkpoint = tf.train.Checkpoint(progress=progress, **{k: list(v) for k, v in groups.items()})
-        self.groups = groups
-        # Non-chief workers must still save (reading summed metric variables is a collective
-        # op every worker joins), but into a folder of their own, deleted right after.
-        self.write_dir = folder if self.chief else folder / f".worker-{worker_index(strategy)}-tmp"
-        self.manager: Any = None
-        self.restored = False
 
-    def latest(self) -> str | None:
-        return tf.train.latest_checkpoint(str(self.folder)) if self.folder.is_dir() else None
+    def restore(self, values: dict[str, list[np.ndarray]]) -> None:
+        for name, variables in self.groups.items():  # all refused before anything is assigned
+            checkpoints.check_shapes(variables, values.get(name, []), name, self.folder)
+        with self.strategy.scope():
+            for name, variables in self.groups.items():
+                checkpoints.restore(variables, values[name], name, self.folder)
 
-    def restore(self, path: str) -> None:
-        _check_structure(path, self.groups)
-        self.checkpoint.restore(path).assert_existing_objects_matched()
-        self.restored = True
-
-    def save(self, global_step: int) -> str:
-        if not self.chief:
-            shutil.rmtree(self.write_dir, ignore_errors=True)  # a killed worker's leftovers
-        if self.manager is None:
-            self.write_dir.mkdir(parents=True, exist_ok=True)
-            self.manager = tf.train.CheckpointManager(
-                self.checkpoint, str(self.write_dir), KEEP_CHECKPOINTS, checkpoint_name=CHECKPOINT_NAME
-            )
-        path = self.manager.save(checkpoint_number=global_step)
-        if not self.chief:
-            shutil.rmtree(self.write_dir, ignore_errors=True)
-        return path
-
-
-# --------------------------------------------------------------------------- fit's plumbing
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """fit's arguments, checked."""
-
-    x: np.ndarray
-    y: np.ndarray
-    batch_size: int
-    epochs: int
-    steps: int
-    validation: tuple[np.ndarray, np.ndarray, int] | None
-    shuffle: bool
-    seed: int
-    callbacks: list
-    verbose: int
-    checkpoint_dir: Path | None
-    checkpoint_every: int | None
-    log_dir: Path | None
-    settings: dict[str, Any]
-
-
-class _EpochSummaries:
-    """Epoch scalars for TensorBoard, laid out as Keras' TensorBoard callback does (train/, validation/)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.writers = {
-            "": tf.summary.create_file_writer(str(log_dir / "train")),
-            "val_": tf.summary.create_file_writer(str(log_dir / "validation")),
-        }
-
-    def write(self, epoch: int, logs: dict[str, float]) -> None:
-        for prefix, writer in self.writers.items():
-            with writer.as_default(step=epoch):
-                for key, value in logs.items():
-                    if key.startswith("val_") == (prefix == "val_"):
-                        tf.summary.scalar(f"epoch_{key[len(prefix):]}", value)
-            writer.flush()
-
-    def close(self) -> None:
-        for writer in self.writers.values():
-            writer.close()
+    def save(self) -> Path:
+        # Reading summed metric variables is a collective: every worker reads, only the chief writes.
+        return checkpoints.write_state(self.folder, self.state, self.groups, write=self.chief)
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -418,7 +113,7 @@ class Trainer:
             )
         if isinstance(metrics, (str, keras.metrics.Metric)) or not isinstance(metrics, Sequence):
             raise TypeError(f"metrics must be a list such as ['accuracy'], got {metrics!r}.")
-        self.loss = _per_example_loss(loss)
+        self.loss = per_example_loss(loss)
         built_under = _strategy_of(model.trainable_variables[0])
         if strategy is None:
             strategy = built_under or tf.distribute.get_strategy()
@@ -467,7 +162,7 @@ class Trainer:
         output_shape = tuple(outputs[0].shape) if outputs else tuple(self.model(x[:1]).shape)
         with self.strategy.scope():
             self._loss_tracker = keras.metrics.Mean(name="loss")
-            self.metrics = [_make_metric(spec, y, output_shape) for spec in self._metric_specs]
+            self.metrics = [make_metric(spec, y, output_shape) for spec in self._metric_specs]
             if not self.optimizer.built:
                 self.optimizer.build(self.model.trainable_variables)
 
@@ -572,10 +267,10 @@ class Trainer:
 
     def _validation(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> tuple[Any, int]:
         """A distributed dataset over all of (x, y) and its number of steps."""
-        rows, weights = _padded_rows(len(x), batch_size)
+        rows, weights = padded_rows(len(x), batch_size)
         arrays = (x[rows], y[rows], weights)  # at most batch_size - 1 padded rows, weighted 0
         batches = tf.data.Dataset.range(len(rows)).batch(batch_size)
-        return _distributed(self.strategy, batches, arrays, batch_size), len(rows) // batch_size
+        return distributed(self.strategy, batches, arrays, batch_size), len(rows) // batch_size
 
     def _evaluate(self, dataset: Any, steps: int, callbacks: Any = None) -> dict[str, float]:
         if self._test_step is None:  # traced once per trainer, not once per epoch
@@ -600,7 +295,7 @@ class Trainer:
 
         Under a multi-worker strategy every worker makes the call (the sums are collective).
         """
-        x, y = _arrays(x, y, "evaluate")
+        x, y = check_arrays(x, y, "evaluate")
         batch_size = check_whole("batch_size", batch_size, 1)
         check_batch_divisible(batch_size, self.num_replicas)
         self._build_metrics(x, y)
@@ -649,32 +344,26 @@ class Trainer:
         other workers would wait for it. File-writing callbacks (ModelCheckpoint,
         CSVLogger) belong on the chief only (``[...] if trainer.is_chief else []``).
         """
-        plan = self._plan(
-            x, y, batch_size, epochs, steps_per_epoch, validation_data, validation_batch_size,
-            shuffle, seed, callbacks, verbose, checkpoint_dir, checkpoint_every_steps, log_dir,
+        plan = plan_fit(
+            self.num_replicas, x, y, batch_size, epochs, steps_per_epoch, validation_data,
+            validation_batch_size, shuffle, seed, callbacks, verbose, checkpoint_dir, checkpoint_every_steps,
+            log_dir,
         )  # fmt: skip
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
         self._build_metrics(plan.x, plan.y)
-        progress, checkpointer = self._start(plan, say)
-        state = progress.state
-        resumed_from = (state["epoch"], state["step"]) if checkpointer and checkpointer.restored else None
-
-        history = keras.callbacks.History()
-        for logs in state["history"]:  # epochs trained before a restart
-            for key, value in logs.items():
-                history.history.setdefault(key, []).append(value)
+        state, checkpointer, resumed_from = self._start(plan, say)
         callback_list = keras.callbacks.CallbackList(
-            [*plan.callbacks, history],
+            plan.callbacks,
             add_progbar=bool(plan.verbose and self.is_chief),
             model=self.model,
             verbose=plan.verbose,
             epochs=plan.epochs,
             steps=plan.steps,
         )
-        summaries = _EpochSummaries(plan.log_dir) if plan.log_dir is not None and self.is_chief else None
+        summaries = EpochSummaries(plan.log_dir) if plan.log_dir is not None and self.is_chief else None
         trained = 0
         try:
-            if state["epoch"] < plan.epochs and not state.get("stopped", False):
+            if state["epoch"] < plan.epochs and not state["stopped"]:
                 trained = self._train(plan, state, checkpointer, callback_list, summaries, say)
             else:
                 say(f"Trainer: the run in {plan.checkpoint_dir} already finished; its weights are restored.")
@@ -682,137 +371,56 @@ class Trainer:
             if summaries is not None:
                 summaries.close()
 
-        history.epoch = list(range(len(state["history"])))
-        history.set_params({"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.steps})
-        history.set_model(self.model)
-        self.model.history = history
-        history.resumed_from = resumed_from
+        history = checkpoints.history_of(
+            self.model,
+            state,
+            {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.steps},
+            resumed_from,
+        )
         history.steps_trained = trained
         self.history = history
         return history
 
-    def _plan(
-        self,
-        x: Any,
-        y: Any,
-        batch_size: Any,
-        epochs: Any,
-        steps_per_epoch: Any,
-        validation_data: Any,
-        validation_batch_size: Any,
-        shuffle: Any,
-        seed: Any,
-        callbacks: Any,
-        verbose: Any,
-        checkpoint_dir: Any,
-        checkpoint_every_steps: Any,
-        log_dir: Any,
-    ) -> _Plan:
-        """Every argument of `fit` checked, before any work."""
-        x, y = _arrays(x, y, "fit")
-        batch_size = check_whole("batch_size", batch_size, 1)
-        epochs = check_whole("epochs", epochs, 1)
-        seed = check_whole("seed", seed, 0)
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle must be True or False, got {shuffle!r}.")
-        check_batch_divisible(batch_size, self.num_replicas)
-        full_batches = len(x) // batch_size
-        if full_batches == 0:
-            raise ValueError(
-                f"batch_size={batch_size} is larger than the {len(x)} training examples; only full "
-                f"batches are trained. Use batch_size <= {len(x)}."
-            )
-        steps = full_batches
-        if steps_per_epoch is not None:
-            steps = check_whole("steps_per_epoch", steps_per_epoch, 1)
-            if steps > full_batches:
-                raise ValueError(
-                    f"steps_per_epoch={steps} but x holds only {full_batches} full batches of "
-                    f"{batch_size}; use steps_per_epoch <= {full_batches} or more data."
-                )
-        validation = None
-        if validation_data is not None:
-            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
-                raise TypeError("validation_data must be a tuple (x_val, y_val) of NumPy arrays.")
-            x_val, y_val = _arrays(*validation_data, "validation_data")
-            val_batch = check_whole("validation_batch_size", validation_batch_size or batch_size, 1)
-            check_batch_divisible(val_batch, self.num_replicas)
-            validation = (x_val, y_val, val_batch)
-        callbacks = list(callbacks or [])
-        for callback in callbacks:
-            if not isinstance(callback, keras.callbacks.Callback):
-                raise TypeError(f"callbacks must be keras.callbacks.Callback objects, got {callback!r}.")
-            if isinstance(callback, keras.callbacks.BackupAndRestore):
-                raise ValueError(
-                    "callbacks: BackupAndRestore would fight the trainer's own checkpoints; pass "
-                    "checkpoint_dir=... instead (it also resumes mid-epoch, on every worker)."
-                )
-        folder = _folder(checkpoint_dir, "checkpoint_dir") if checkpoint_dir is not None else None
-        if checkpoint_every_steps is not None:
-            checkpoint_every_steps = check_whole("checkpoint_every_steps", checkpoint_every_steps, 1)
-            if folder is None:
-                raise ValueError("checkpoint_every_steps needs checkpoint_dir=... (where to save).")
-        from mgtutor.resume import _fingerprint
-
-        settings = {
-            "batch_size": batch_size, "steps_per_epoch": steps, "seed": seed, "shuffle": shuffle,
-            "num_examples": len(x), "data": _fingerprint((x, y), len(x)),
-        }  # fmt: skip
-        return _Plan(
-            x=x, y=y, batch_size=batch_size, epochs=epochs, steps=steps, validation=validation,
-            shuffle=shuffle, seed=seed, callbacks=callbacks, verbose=_check_verbose(verbose),
-            checkpoint_dir=folder, checkpoint_every=checkpoint_every_steps,
-            log_dir=_folder(log_dir, "log_dir") if log_dir is not None else None, settings=settings,
-        )  # fmt: skip
-
-    def _start(self, plan: _Plan, say: Callable[..., None]) -> tuple[_Progress, _Checkpointer | None]:
-        """The run's progress: fresh, or restored from the latest checkpoint of the same run."""
-        progress = _Progress()
-        checkpointer = None
-        if plan.checkpoint_dir is not None:
-            groups = {
-                "model": list(self.model.variables),
-                "optimizer": list(self.optimizer.variables),
-                "metrics": [v for m in self._all_metrics() for v in m.variables],
-            }
-            checkpointer = _Checkpointer(self.strategy, plan.checkpoint_dir, groups, progress)
-            latest = checkpointer.latest()
-            if latest is not None:
-                saved = _read_progress(latest).get("settings", {})
-                changed = {k: (saved.get(k), v) for k, v in plan.settings.items() if saved.get(k) != v}
-                if changed:
-                    listed = "; ".join(
-                        "other x/y values" if k == "data" else f"{k}: checkpoint {old!r}, now {new!r}"
-                        for k, (old, new) in changed.items()
-                    )
-                    raise ValueError(
-                        f"checkpoint_dir {str(plan.checkpoint_dir)!r} holds a run with other settings "
-                        f"({listed}). Resume with the same arguments, or use a fresh checkpoint_dir."
-                    )
-                checkpointer.restore(latest)
-                epoch, step = progress.state["epoch"], progress.state["step"]
-                say(
-                    f"Trainer: resuming from {latest} at epoch {epoch + 1}/{plan.epochs}, batch "
-                    f"{step}/{plan.steps} (global step {epoch * plan.steps + step})."
-                )
-        progress.state["settings"] = plan.settings
-        return progress, checkpointer
+    def _start(self, plan: Plan, say: Callable[..., None]) -> tuple[dict, _Checkpointer | None, Any]:
+        """The run's state, fresh or restored from a checkpoint of the same run; where it resumed."""
+        state = checkpoints.new_state(plan.settings, replicas=self.num_replicas)
+        if plan.checkpoint_dir is None:
+            return state, None, None
+        groups = {
+            "model": list(self.model.variables),
+            "optimizer": list(self.optimizer.variables),
+            "metrics": [v for m in self._all_metrics() for v in m.variables],
+        }
+        checkpointer = _Checkpointer(self.strategy, plan.checkpoint_dir, groups, state)
+        saved = checkpoints.read_state(plan.checkpoint_dir)
+        if saved is None:
+            return state, checkpointer, None
+        checkpoints.check_same_settings(plan.checkpoint_dir, saved[0], plan.settings)
+        checkpointer.restore(saved[1])
+        checkpoints.warn_other_replicas(saved[0], self.num_replicas, "Trainer")
+        state.update({k: saved[0][k] for k in ("epoch", "step", "history", "stopped")})
+        epoch, step = state["epoch"], state["step"]
+        say(
+            f"Trainer: resuming {plan.checkpoint_dir} at epoch {epoch + 1}/{plan.epochs}, batch "
+            f"{step}/{plan.steps} (global step {epoch * plan.steps + step})."
+        )
+        return state, checkpointer, (epoch, step)
 
     def _train(
         self,
-        plan: _Plan,
+        plan: Plan,
         state: dict[str, Any],
         checkpointer: _Checkpointer | None,
         callback_list: Any,
-        summaries: _EpochSummaries | None,
+        summaries: EpochSummaries | None,
         say: Callable[..., None],
     ) -> int:
         """The epoch loop, from the position in `state`; returns the number of steps run."""
         steps, start_epoch, start_step = plan.steps, int(state["epoch"]), int(state["step"])
-        batches = _epoch_batches(
+        batches = epoch_batches(
             len(plan.x), plan.batch_size, steps, plan.seed, plan.shuffle, start_epoch, plan.epochs
         ).skip(start_step)  # the batches of the interrupted epoch trained before the kill
-        iterator = iter(_distributed(self.strategy, batches, (plan.x, plan.y), plan.batch_size))
+        iterator = iter(distributed(self.strategy, batches, (plan.x, plan.y), plan.batch_size))
         train_step = self._train_function(plan.batch_size)
         validation = self._validation(*plan.validation) if plan.validation is not None else None
 
@@ -820,7 +428,7 @@ class Trainer:
             self._average_statistics()  # the checkpoint holds one value per variable
             state.update(epoch=epoch, step=step)
             global_step = epoch * steps + step
-            path = checkpointer.save(global_step)
+            path = checkpointer.save()
             where = f"epoch {epoch + 1}, batch {step}/{steps}" if step else f"end of epoch {epoch}"
             say(f"checkpoint saved: step {global_step} ({where}) -> {path}")
 

@@ -6,10 +6,15 @@ index; worker 0 is the chief. Nothing here imports TensorFlow until a function n
 
 from __future__ import annotations
 
+import hashlib
+import json
 import numbers
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from mgtutor._checks import is_whole
 from mgtutor.processes import RESULT_MARK, report_result  # noqa: F401  (one result line for every child)
@@ -59,3 +64,51 @@ def worker_index(strategy: Any = None) -> int:
     strategy = strategy or _current_strategy()
     resolver = getattr(strategy, "cluster_resolver", None)
     return int(getattr(resolver, "task_id", None) or 0)
+
+
+def multi_worker_strategy() -> Any:
+    """A ``MultiWorkerMirroredStrategy`` for this worker, configured from ``TF_CONFIG``.
+
+    Call it first, before anything else uses TensorFlow (`mgtutor.setup_devices`
+    included): it starts the collective runtime, which TF can only configure at
+    start-up. Each worker trains on all its GPUs, or on ONE CPU device: the
+    strategy does not use logical CPU devices. Without ``TF_CONFIG`` it is a
+    one-worker strategy, so the same script also runs alone.
+    """
+    import tensorflow as tf  # only here: calling it is what starts TensorFlow
+
+    raw = os.environ.get("TF_CONFIG")
+    if raw:
+        try:
+            config = json.loads(raw)
+        except ValueError:
+            config = None
+        task = config.get("task") if isinstance(config, dict) else None
+        if not (isinstance(task, dict) and "index" in task and isinstance(config.get("cluster"), dict)):
+            raise ValueError(
+                f"TF_CONFIG is not valid: {raw!r}. It must be JSON like "
+                '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", '
+                '"index": 0}}; mgtutor.cluster.tf_config(ports, index) writes it.'
+            )
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    except RuntimeError as err:
+        if "startup" not in str(err):
+            raise
+        raise RuntimeError(
+            "multi_worker_strategy() must run before anything else uses TensorFlow in this "
+            "process (setup_devices, tensors, models, tf.config.list_logical_devices...): TF "
+            "configures its collective ops only at start-up. Move it to the top of the worker "
+            "script. Note that on a CPU each worker trains on one device whatever "
+            "setup_devices() says; on a GPU machine it uses every GPU of the worker."
+        ) from err
+
+
+def weights_digest(model: Any) -> str:
+    """A short SHA-256 of all of `model`'s weights: equal digests mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for value in model.get_weights():
+        array = np.ascontiguousarray(value)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]

@@ -28,8 +28,8 @@ parser.add_argument("--weights-out")
 args = parser.parse_args()
 
 import mgtutor  # noqa: E402
-from mgtutor.trainer import Trainer, multi_worker_strategy, weights_digest, worker_index  # noqa: E402
-from mgtutor.worker import report_result  # noqa: E402
+from mgtutor.trainer import Trainer  # noqa: E402
+from mgtutor.worker import multi_worker_strategy, report_result, weights_digest, worker_index  # noqa: E402
 
 if args.strategy == "multi-worker":
     strategy = multi_worker_strategy()  # first: TF configures collectives only at start-up

@@ -49,3 +49,16 @@ def test_the_public_api_is_small_and_the_readme_lists_it():
     section = readme.split("## Public API", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"`(\w+)`", section)
     assert sorted(set(listed) & set(mgtutor.__all__)) == sorted(mgtutor.__all__)
+
+
+def test_every_module_is_small_and_in_the_readme_map():
+    # Issue 15: one job per module, under 500 lines, each with its line in "How the code is organised".
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## How the code is organised", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(\w+)`", section))
+    modules = sorted((ROOT / "mgtutor").rglob("*.py"))
+    for path in modules:
+        lines = len(path.read_text().splitlines())
+        assert lines < 500, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
+    unnamed = [p.stem for p in modules if p.stem not in named and p.stem != "__main__"]
+    assert not unnamed, f"modules missing from the README's map: {unnamed}"

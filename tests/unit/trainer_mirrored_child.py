@@ -18,7 +18,8 @@ mgtutor.setup_devices(2, verbose=False)
 import keras  # noqa: E402
 
 from mgtutor.parallel import copy_model, max_weight_difference, mirrored_strategy  # noqa: E402
-from mgtutor.trainer import Trainer, multi_worker_strategy  # noqa: E402
+from mgtutor.trainer import Trainer  # noqa: E402
+from mgtutor.worker import multi_worker_strategy  # noqa: E402
 
 rng = np.random.default_rng(0)
 x = rng.random((96, 8, 8, 3), dtype=np.float32)
