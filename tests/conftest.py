@@ -26,6 +26,36 @@ if not os.environ.get("MGTUTOR_DATA_DIR") and _SHARED_DATA.is_dir():
     os.environ["MGTUTOR_DATA_DIR"] = str(_SHARED_DATA)
 
 
+# Modules whose module-scoped fixtures run TensorFlow children for many tests: each stays on one
+# xdist worker (`--dist loadgroup`), so a fixture runs once, not once per worker.
+# Longest first (measured on 2 cores: 2.5 min for test_batchnorm down to seconds for test_datakit).
+_SHARED_CHILDREN = ("test_batchnorm", "test_saving", "test_averaging", "test_cluster", "test_parallel",
+                    "test_augment", "test_datakit")  # fmt: skip
+# The longest single tests without such a fixture (kill-and-resume, a seed script in a child).
+_LONG_ALONE = {"test_resume", "test_seed_scripts"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # Longest work first and the many sub-second unit tests last: two workers then end together
+    # instead of one waiting while the other finishes a two-minute child.
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+    for item in items:
+        if module(item) in _SHARED_CHILDREN:
+            item.add_marker(pytest.mark.xdist_group(module(item)))
+
+    def rank(item) -> int:
+        if module(item) in _SHARED_CHILDREN:
+            return _SHARED_CHILDREN.index(module(item))
+        if module(item) in _LONG_ALONE or item.get_closest_marker("notebook"):
+            return len(_SHARED_CHILDREN)
+        return len(_SHARED_CHILDREN) + 1
+
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def data_dir() -> Path:
     """The folder with the real data sets (CI: ../shared/data)."""
