@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -26,34 +27,71 @@ if not os.environ.get("MGTUTOR_DATA_DIR") and _SHARED_DATA.is_dir():
     os.environ["MGTUTOR_DATA_DIR"] = str(_SHARED_DATA)
 
 
-# Modules whose module-scoped fixtures run TensorFlow children for many tests: each stays on one
-# xdist worker (`--dist loadgroup`), so a fixture runs once, not once per worker.
-# Longest first (measured on 2 cores: 2.5 min for test_batchnorm down to seconds for test_datakit).
-_SHARED_CHILDREN = ("test_batchnorm", "test_saving", "test_averaging", "test_cluster", "test_parallel",
-                    "test_augment", "test_datakit")  # fmt: skip
-# The longest single tests without such a fixture (kill-and-resume, a seed script in a child).
-_LONG_ALONE = {"test_resume", "test_seed_scripts"}
+# The longest work first and the many sub-second unit tests last, so that the two workers end
+# together instead of one waiting while the other finishes a two-minute child.
+_LONGEST_FIRST = ("test_batchnorm", "test_resume", "test_averaging", "test_saving", "test_seed_scripts",
+                  "test_cluster", "test_parallel")  # fmt: skip
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    # Longest work first and the many sub-second unit tests last: two workers then end together
-    # instead of one waiting while the other finishes a two-minute child.
-    def module(item) -> str:
-        return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-
-    for item in items:
-        if module(item) in _SHARED_CHILDREN:
-            item.add_marker(pytest.mark.xdist_group(module(item)))
-
     def rank(item) -> int:
-        if module(item) in _SHARED_CHILDREN:
-            return _SHARED_CHILDREN.index(module(item))
-        if module(item) in _LONG_ALONE or item.get_closest_marker("notebook"):
-            return len(_SHARED_CHILDREN)
-        return len(_SHARED_CHILDREN) + 1
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if module in _LONGEST_FIRST:
+            return _LONGEST_FIRST.index(module)
+        return len(_LONGEST_FIRST) + (0 if item.get_closest_marker("notebook") else 1)
 
     items.sort(key=rank)
+
+
+WAIT_FOR_OTHER_WORKER = 1800  # s: longer than any child's own timeout
+
+
+class RunOnce:
+    """A child's JSON result computed once per test run, by whichever xdist worker asks first.
+
+    A module-scoped fixture runs once per worker that gets one of the module's tests, and
+    pytest-xdist splits modules; the other workers wait for the result (and the files the
+    child wrote in `folder(name)`) instead of running the same child again.
+    """
+
+    def __init__(self, shared: Path) -> None:
+        self.shared = shared
+
+    def folder(self, name: str) -> Path:
+        return self.shared / name
+
+    def __call__(self, name: str, compute) -> dict:
+        result, failed = self.shared / f"{name}.json", self.shared / f"{name}.failed"
+        try:
+            os.close(os.open(self.shared / f"{name}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:  # another worker computes it
+            waited = time.monotonic()
+            while not result.exists():
+                if time.monotonic() - waited > WAIT_FOR_OTHER_WORKER:
+                    pytest.fail(f"{name}: no result from the worker running it in {WAIT_FOR_OTHER_WORKER} s")
+                if failed.exists():
+                    pytest.fail(f"{name}: failed in the worker that ran it: {failed.read_text()[-3000:]}")
+                time.sleep(0.5)
+            return json.loads(result.read_text())
+        self.folder(name).mkdir(parents=True, exist_ok=True)
+        try:
+            value = compute(self.folder(name))
+        except BaseException as err:
+            failed.write_text(repr(err))
+            raise
+        temp = result.with_suffix(".tmp")
+        temp.write_text(json.dumps(value))
+        temp.replace(result)  # whole or absent: a waiting worker never reads half of it
+        return value
+
+
+@pytest.fixture(scope="session")
+def run_once(tmp_path_factory) -> RunOnce:
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist every worker's basetemp sits in this run's folder; alone, basetemp is it.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base / "run-once"
+    shared.mkdir(exist_ok=True)
+    return RunOnce(shared)
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ CHILD = ROOT / "tests" / "unit" / "averaging_child.py"
 
 
 @pytest.fixture(scope="module")
-def child() -> dict:
-    return run_child(CHILD, timeout=600)
+def child(run_once) -> dict:
+    return run_once("averaging", lambda _: run_child(CHILD, timeout=600))
 
 
 # --------------------------------------------------------------------------- two devices

@@ -53,12 +53,6 @@ RELOAD_ATOL = 1e-5
 OTHER_MODEL_MIN = 1e-3
 
 
-@pytest.fixture(scope="module")
-def child_folder(tmp_path_factory) -> Path:
-    """Shared by the three children: the 2-device run saves there what the others reload."""
-    return tmp_path_factory.mktemp("batchnorm")
-
-
 def run_child(folder: Path, devices: int) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
@@ -75,13 +69,14 @@ def run_child(folder: Path, devices: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def measured(child_folder) -> dict:
-    return run_child(child_folder, 2)
+def measured(run_once) -> dict:
+    return run_once("batchnorm-2", lambda folder: run_child(folder, 2))
 
 
 @pytest.fixture(scope="module")
-def on_four_devices(child_folder, measured) -> dict:
-    return run_child(child_folder, 4)  # after the 2-device run: it reloads its files
+def on_four_devices(run_once, measured) -> dict:
+    # After the 2-device run, in its folder: it reloads the files that run saved.
+    return run_once("batchnorm-4", lambda _: run_child(run_once.folder("batchnorm-2"), 4))
 
 
 # --------------------------------------------------------------------------- 2 devices
