@@ -18,7 +18,6 @@ import numpy as np
 
 from mgtutor import checkpoints
 from mgtutor._checks import check_whole
-from mgtutor.checkpoints import resume_point  # noqa: F401  (public from here: where resumable_fit resumes)
 from mgtutor.saving import save_model
 
 EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}

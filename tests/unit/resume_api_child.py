@@ -15,7 +15,8 @@ import sys
 import keras
 import numpy as np
 
-from mgtutor.resume import resumable_fit, resume_point
+from mgtutor.checkpoints import resume_point
+from mgtutor.resume import resumable_fit
 
 CKPT = sys.argv[1]
 rng = np.random.default_rng(0)

@@ -22,9 +22,10 @@ setup_devices(n_devices, verbose=False)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mgtutor.checkpoints import resume_point  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
 from mgtutor.parallel import mirrored_strategy  # noqa: E402
-from mgtutor.resume import resumable_fit, resume_point  # noqa: E402
+from mgtutor.resume import resumable_fit  # noqa: E402
 
 # The k-th start of this command stops for the kill after pauses[k] batches.
 starts_log = out + ".starts"
