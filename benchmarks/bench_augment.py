@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -191,12 +190,10 @@ def _child(args: argparse.Namespace, what: str) -> dict:
         "--per-replica-batch", str(args.per_replica_batch), "--devices", str(args.devices),
         "--rounds", str(args.rounds), "--epochs", str(args.epochs), "--configs", *args.configs,
     ] + (["--samples", str(args.samples)] if args.samples else [])  # fmt: skip
+    from mgtutor.processes import run_script
+
     print(f"running {what} ...", file=sys.stderr, flush=True)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    if done.returncode != 0:
-        sys.exit(f"{what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_script(command, cwd=ROOT, stream=False).result  # fails with its last lines
 
 
 def report(loaders: dict, training: dict | None) -> str:
@@ -261,12 +258,14 @@ def main() -> None:
     parser.add_argument("--child", choices=("loaders", "train"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    if args.child == "loaders":
-        print(json.dumps(run_loaders(args.samples, args.batch_size, args.rounds)))
-        return
-    if args.child == "train":
-        result = run_training(args.samples, args.per_replica_batch, args.devices, args.epochs, args.configs)
-        print(json.dumps(result))
+    if args.child:
+        from mgtutor.processes import report_result
+
+        if args.child == "loaders":
+            report_result(run_loaders(args.samples, args.batch_size, args.rounds))
+        else:
+            report_result(run_training(args.samples, args.per_replica_batch, args.devices, args.epochs,
+                                       args.configs))  # fmt: skip
         return
 
     loaders = _child(args, "loaders")

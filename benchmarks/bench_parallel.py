@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
     from mgtutor import parallel
     from mgtutor.data import load_dataset, make_dataset, one_hot, scale_images
     from mgtutor.keras2.towers import multi_gpu_model
+    from mgtutor.progress import Throughput
 
     data = load_dataset("cifar10").subset(samples)
     x, y = scale_images(data.x_train), one_hot(data.y_train, data.num_classes)
@@ -78,15 +77,9 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
             model = multi_gpu_model(model, n)
         compile_model(model)
 
-    class EpochTimer(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            seconds.append(time.perf_counter() - self.start)
-
-    seconds: list[float] = []
-    history = model.fit(train, epochs=1 + epochs, verbose=0, callbacks=[EpochTimer()])
+    meter = Throughput(global_batch, verbose=False)
+    history = model.fit(train, epochs=1 + epochs, verbose=0, callbacks=[meter])
+    seconds = [entry["seconds"] for entry in meter.epochs]
     timed = seconds[1:]  # the first epoch traces and optimises the graph
     images = steps * global_batch
     return {
@@ -105,8 +98,9 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
 
 
 def run_all(args: argparse.Namespace) -> list[dict]:
+    from mgtutor.processes import run_script
+
     results = []
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     for config in args.configs:
         command = [
             sys.executable, __file__, "--child", config, "--devices", str(args.devices),
@@ -114,10 +108,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
             "--epochs", str(args.epochs), "--reduction", args.reduction,
         ]  # fmt: skip
         print(f"running {config} ...", file=sys.stderr, flush=True)
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-        if done.returncode != 0:
-            sys.exit(f"{config} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results.append(run_script(command, cwd=ROOT, stream=False).result)  # fails with its last lines
     return results
 
 
@@ -171,7 +162,9 @@ def main(argv: list[str] | None = None) -> None:
         result = run_one(
             args.child, args.devices, args.per_replica_batch, args.samples, args.epochs, args.reduction
         )
-        print(json.dumps(result))
+        from mgtutor.processes import report_result
+
+        report_result(result)
         return
     results = run_all(args)
     print(report(results))

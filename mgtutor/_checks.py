@@ -14,6 +14,11 @@ def is_whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_real(value: Any) -> bool:
+    """A real number (int, float, NumPy's), but not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_whole(name: str, value: Any, minimum: int, hint: str = "") -> int:
     """`value` as an int when it is a whole number >= `minimum`; else a ValueError naming `name`."""
     if not is_whole(value) or value < minimum:

@@ -7,7 +7,8 @@ Python's ``sys.stderr`` nor ``TF_CPP_MIN_LOG_LEVEL`` (ignored by the lines
 printed before absl's logging starts) stops them: `quiet_native_stderr` puts a
 pipe on fd 2 and a thread forwards every line but those matching `TF_NOISE`.
 Its Python logger prints "INFO:tensorflow:Using MirroredStrategy ...":
-`quiet_python_logs` raises it to WARNING, so real warnings still show.
+`quiet_python_logs` raises it to WARNING, so real warnings still show, and drops one
+false alarm about Keras' own training functions (see `_KerasModelsTracedOnce`).
 `quiet_tensorflow` does both; `setup_devices` calls it before TensorFlow starts.
 Set ``MGTUTOR_SHOW_TF_LOGS=1`` to see everything again (e.g. when a kernel dies).
 """
@@ -145,12 +146,26 @@ def restore_native_stderr() -> None:
         active.close()
 
 
+class _KerasModelsTracedOnce(logging.Filter):
+    """Drops "N out of the last M calls to <...TensorFlowTrainer...> triggered tf.function retracing".
+
+    TensorFlow counts traces per function *code*, and every Keras model builds its own
+    training function from the same code: a lesson (or a second run of it in the same
+    kernel) that trains ten small models, each tracing once, reads as one function
+    retracing. A learner's own ``tf.function`` that retraces still warns.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message and "TensorFlowTrainer." in message)
+
+
 def quiet_python_logs() -> None:
     """Raise (never lower) the ``tensorflow`` and ``absl`` loggers to WARNING.
 
     That hides "INFO:tensorflow:Using MirroredStrategy ...", the per-fit collective
-    and "Reduce to ..." lines. Warnings still show: a retracing warning is fixed
-    where it comes from, not hidden (the notebook tests fail on one). TensorFlow sets
+    and "Reduce to ..." lines. Warnings still show, except TensorFlow's retracing alarm
+    about Keras' per-model training functions (`_KerasModelsTracedOnce`). TensorFlow sets
     its logger to INFO on first use in a notebook, so this acts again once it is
     imported (`setup_devices` and `mirrored_strategy` call it then).
     """
@@ -163,6 +178,9 @@ def quiet_python_logs() -> None:
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() < level:
             logger.setLevel(level)
+    tf_logger = logging.getLogger("tensorflow")
+    if not any(isinstance(f, _KerasModelsTracedOnce) for f in tf_logger.filters):
+        tf_logger.addFilter(_KerasModelsTracedOnce())
 
 
 def quiet_tensorflow() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping, Sequence
 
-from mgtutor._checks import check_whole
+from mgtutor._checks import check_whole, is_real
 
 # Seed 001: MiniGoogLeNet on CIFAR-10, seconds per epoch on 1 and on 4 V100 GPUs.
 SEED_001_EPOCH_SECONDS: dict[int, float] = {1: 63.0, 4: 16.0}
@@ -18,7 +18,7 @@ SEED_001_EPOCH_SECONDS: dict[int, float] = {1: 63.0, 4: 16.0}
 
 def amdahl_speedup(n_devices: float, parallel_fraction: float) -> float:
     """Amdahl's law: the speed-up on `n_devices` when `parallel_fraction` of the time divides over them."""
-    if isinstance(n_devices, bool) or not isinstance(n_devices, numbers.Real) or not n_devices >= 1:
+    if not is_real(n_devices) or not n_devices >= 1:
         raise ValueError(f"n_devices must be a number >= 1, got {n_devices!r}.")
     if (
         isinstance(parallel_fraction, bool)
@@ -31,9 +31,9 @@ def amdahl_speedup(n_devices: float, parallel_fraction: float) -> float:
 
 def parallel_fraction(speedup: float, n_devices: float) -> float:
     """The parallel fraction for which Amdahl's law gives `speedup` on `n_devices` (inverse of it)."""
-    if isinstance(n_devices, bool) or not isinstance(n_devices, numbers.Real) or not n_devices > 1:
+    if not is_real(n_devices) or not n_devices > 1:
         raise ValueError(f"n_devices must be a number > 1 (one device tells nothing), got {n_devices!r}.")
-    if isinstance(speedup, bool) or not isinstance(speedup, numbers.Real) or not 1 <= speedup <= n_devices:
+    if not is_real(speedup) or not 1 <= speedup <= n_devices:
         raise ValueError(
             f"speedup must lie between 1 and n_devices={n_devices:g} for Amdahl's law, got {speedup!r}."
         )

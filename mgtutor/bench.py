@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import numbers
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import time
@@ -21,8 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import check_whole, is_whole
-from mgtutor._tflog import TF_NOISE
+from mgtutor._checks import check_whole, is_real, is_whole
 from mgtutor.scaling import format_table, read_scaling, with_speedups
 from mgtutor.throughput import (
     PIPELINE_DESCRIPTIONS,
@@ -36,7 +33,6 @@ from mgtutor.throughput import (
 DEFAULT_TIMEOUT_S = 1800.0
 RESULTS_FILE = "scaling.json"
 PLOT_FILE = "scaling.png"
-_RESULT_MARK = "MGTUTOR_BENCH_RESULT "
 
 
 # --------------------------------------------------------------------------- the study
@@ -78,7 +74,7 @@ def _check_study_args(
             f"samples={samples} cannot fill one global batch of {largest} ({batch_size_per_replica} per "
             f"replica x {max(devices)} devices); pass samples >= {largest}."
         )
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+    if not is_real(timeout) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds per child process, got {timeout!r}.")
     if output is not None and Path(output).exists() and not Path(output).is_dir():
         raise ValueError(
@@ -87,42 +83,30 @@ def _check_study_args(
     return devices, pipelines
 
 
-def _stderr_tail(text: str | bytes | None, limit: int = 3000) -> str:
-    """The end of a child's stderr without TensorFlow's C++ log lines."""
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    kept = [line for line in (text or "").splitlines() if line.strip() and not TF_NOISE.match(line)]
-    return "\n".join(kept)[-limit:]
-
-
 def _child_env() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH", "")
-    return {
-        **os.environ,
-        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        # The children must import this same mgtutor, installed or not.
-        "PYTHONPATH": package_root + (os.pathsep + path if path else ""),
-    }
+    # The children must import this same mgtutor, installed or not.
+    return {"PYTHONPATH": package_root + (os.pathsep + path if path else "")}
 
 
 def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], timeout: float) -> list[dict]:
+    from mgtutor.processes import ScriptError, run_script
+
     config = {"n_devices": n, "pipelines": list(pipelines), **settings}
     command = [sys.executable, "-m", "mgtutor.bench", "--worker", json.dumps(config)]
     what = f"the {n}-device run ({', '.join(pipelines)})"
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_child_env())
-    except subprocess.TimeoutExpired as err:
-        raise BenchmarkError(
-            f"{what} did not finish within timeout={timeout:g} s; pass a larger timeout or fewer steps.\n"
-            f"{_stderr_tail(err.stderr)}"
-        ) from None
+        done = run_script(command, env=_child_env(), timeout=timeout, stream=False, check=False)
+    except ScriptError as err:  # with check=False, only a timeout
+        fix = "pass a larger timeout or fewer steps"
+        raise BenchmarkError(f"{what} did not finish within timeout={timeout:g} s; {fix}.\n{err}") from None
+    tail = "\n".join(done.tail)
     if done.returncode != 0:
-        raise BenchmarkError(f"{what} failed (exit code {done.returncode}):\n{_stderr_tail(done.stderr)}")
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(_RESULT_MARK):
-            return json.loads(line[len(_RESULT_MARK) :])
-    raise BenchmarkError(f"{what} printed no result:\n{done.stdout[-2000:]}\n{_stderr_tail(done.stderr)}")
+        raise BenchmarkError(f"{what} failed (exit code {done.returncode}):\n{tail}")
+    if done.result is None:
+        raise BenchmarkError(f"{what} reported no result:\n{tail}")
+    return done.result["runs"]
 
 
 def _write_outputs(results: dict[str, Any], output: Path) -> dict[str, str]:
@@ -354,9 +338,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _worker(config_json: str) -> None:
+    from mgtutor.processes import report_result
+
     config = json.loads(config_json)
-    runs = _measure_in_process(config.pop("n_devices"), config.pop("pipelines"), **config)
-    print(_RESULT_MARK + json.dumps(runs), flush=True)
+    report_result({"runs": _measure_in_process(config.pop("n_devices"), config.pop("pipelines"), **config)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import check_whole, is_whole
+from mgtutor._checks import check_whole, is_real, is_whole
 from mgtutor._proctree import kill_tree, new_group, processes_in_group
 from mgtutor._tflog import TF_NOISE
+from mgtutor.processes import parse_result
 from mgtutor.worker import (  # noqa: F401  (kept importable from here)
-    RESULT_MARK,
     is_chief,
     num_workers,
     report_result,
@@ -292,13 +292,10 @@ class LocalCluster:
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = raw.rstrip("\n")
-            if line.startswith(RESULT_MARK):
-                try:
-                    self._results[index] = json.loads(line[len(RESULT_MARK) :])
-                except ValueError:
-                    pass  # a malformed result line is shown as output, below
-                else:
-                    continue
+            result = parse_result(line)  # a malformed result line is shown as output, below
+            if result is not None:
+                self._results[index] = result
+                continue
             self._tails[index].append(line)
             if self._watch is not None and not self._watch_hit.is_set() and self._watch[1].search(line):
                 self._watch_hit.set()
@@ -415,7 +412,7 @@ def _describe(code: int | None) -> str:
 
 
 def _check_timeout(timeout: Any) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not (
+    if not is_real(timeout) or not (
         math.isfinite(timeout) and timeout > 0
     ):
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}.")

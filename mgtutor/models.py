@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-from mgtutor._checks import check_seed, is_whole
+from mgtutor._checks import check_seed, is_real, is_whole
 
 if TYPE_CHECKING:
     import keras
@@ -145,13 +144,13 @@ def seed_optimizer(learning_rate: float = 1e-4, decay: float = 1e-6) -> keras.op
     ``sqrt(v) + epsilon``, Keras 3 by ``sqrt(v + epsilon)``; they part only for
     gradients so small (|g| ~ 3e-4 or less) that epsilon is not negligible.
     """
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, Real) or not (
+    if not is_real(learning_rate) or not (
         learning_rate > 0
     ):
         raise ValueError(
             f"learning_rate must be a number > 0, got {learning_rate!r}; the seed used 1e-4."
         )
-    if isinstance(decay, bool) or not isinstance(decay, Real) or not (decay >= 0):
+    if not is_real(decay) or not (decay >= 0):
         raise ValueError(f"decay must be a number >= 0, got {decay!r}; the seed used 1e-6.")
     import keras
 

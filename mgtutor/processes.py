@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mgtutor._checks import is_real
 from mgtutor._tflog import TF_NOISE
 
 RESULT_MARK = "MGTUTOR_RESULT "
@@ -97,7 +98,7 @@ def run_script(
     seconds raises `ScriptError` with the child's last lines.
     """
     argv = _argv(script, args)
-    bad_timeout = isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+    bad_timeout = not is_real(timeout) or timeout <= 0
     if timeout is not None and bad_timeout:
         raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}.")
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),

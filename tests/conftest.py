@@ -1,18 +1,20 @@
 """Shared test set-up: where the real data is, and running code in a fresh Python process.
 
 Device set-up happens once per process (TensorFlow fixes its devices when it
-starts), so every test that needs N simulated devices runs its code in a child
-process through `run_python`.
+starts), so every test that needs N simulated devices runs a child program (a file
+beside its test) through `run_child`.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
-import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,71 +29,134 @@ if not os.environ.get("MGTUTOR_DATA_DIR") and _SHARED_DATA.is_dir():
     os.environ["MGTUTOR_DATA_DIR"] = str(_SHARED_DATA)
 
 
-# The longest work first and the many sub-second unit tests last, so that the two workers end
-# together instead of one waiting while the other finishes a two-minute child.
-_LONGEST_FIRST = ("test_batchnorm", "test_resume", "test_averaging", "test_saving", "test_seed_scripts",
-                  "test_cluster", "test_parallel")  # fmt: skip
+# Seconds the slow tests take alone on a 2-core machine (measured 2026-11-25), so that the longest
+# start first and the workers end together; any other test takes about a second. Tests that read
+# a background child's result (see BACKGROUND) come after the slow ones, when it is most likely there.
+SECONDS = {
+    "lesson_offline_then_again_on_the_real_data[08": 115, "lesson_offline_then_again_on_the_real_data[07": 55,
+    "lesson_offline_then_again_on_the_real_data[09": 43, "lesson_offline_then_again_on_the_real_data[10": 36,
+    "solution_on_real_data[10": 31, "seed_000_runs": 28, "solution_on_real_data[08": 26,
+    "runs_killed_mid_epoch_resume": 25, "lesson_offline_then_again_on_the_real_data[05": 24,
+    "solution_on_real_data[07": 23, "lesson_offline_then_again_on_the_real_data[03": 21,
+    "lesson_offline_then_again_on_the_real_data[06": 20, "make_run_end_to_end": 17,
+    "solution_on_real_data[05": 16, "solution_on_real_data[06": 16, "solution_on_real_data[09": 15,
+    "lesson_offline_then_again_on_the_real_data[04": 15, "killed_worker_then_restart": 15,
+    "lesson_offline_then_again_on_the_real_data[02": 13, "solution_on_real_data[04": 12,
+    "solution_on_real_data[02": 10, "two_workers_train_identical": 9, "cli_study_on_one_and_two": 9,
+    "solution_on_real_data[03": 8, "saved_on_1_device_loads_on_4": 8, "mirrored_strategy_matches_keras": 7,
+}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
-    def rank(item) -> int:
-        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-        if module in _LONGEST_FIRST:
-            return _LONGEST_FIRST.index(module)
-        return len(_LONGEST_FIRST) + (0 if item.get_closest_marker("notebook") else 1)
+    readers = {module for _, modules in BACKGROUND.values() for module in modules}
 
-    items.sort(key=rank)
+    def seconds(item) -> float:
+        if item.module is not None and item.module.__name__ in readers:
+            return 2.0
+        return next((v for k, v in SECONDS.items() if k in item.nodeid), 1.0)
+
+    items.sort(key=seconds, reverse=True)  # stable: the rest keep their order
 
 
 WAIT_FOR_OTHER_WORKER = 1800  # s: longer than any child's own timeout
 
 
 class RunOnce:
-    """A child's JSON result computed once per test run, by whichever xdist worker asks first.
+    """A child's JSON result computed once per test run, shared by every xdist worker.
 
-    A module-scoped fixture runs once per worker that gets one of the module's tests, and
-    pytest-xdist splits modules; the other workers wait for the result (and the files the
-    child wrote in `folder(name)`) instead of running the same child again.
+    Whichever worker claims a name first computes it, in the foreground (`__call__`) or in a
+    background thread (`start`); the others read its result (and the files it wrote in
+    `folder(name)`) once it is there, instead of running the same child again.
     """
 
     def __init__(self, shared: Path) -> None:
         self.shared = shared
+        self.threads: list[threading.Thread] = []
 
     def folder(self, name: str) -> Path:
         return self.shared / name
 
     def __call__(self, name: str, compute) -> dict:
-        result, failed = self.shared / f"{name}.json", self.shared / f"{name}.failed"
+        """The result of `compute(folder)`: computed here unless some worker has started it."""
+        if self._claim(name):
+            self._compute(name, compute, reraise=True)
+        return self._wait(name)
+
+    def start(self, name: str, compute) -> None:
+        """Compute it in a background thread of this process, unless some worker has started it."""
+        if self._claim(name):
+            thread = threading.Thread(target=self._compute, args=(name, compute), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _claim(self, name: str) -> bool:
         try:
             os.close(os.open(self.shared / f"{name}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:  # another worker computes it
-            waited = time.monotonic()
-            while not result.exists():
-                if time.monotonic() - waited > WAIT_FOR_OTHER_WORKER:
-                    pytest.fail(f"{name}: no result from the worker running it in {WAIT_FOR_OTHER_WORKER} s")
-                if failed.exists():
-                    pytest.fail(f"{name}: failed in the worker that ran it: {failed.read_text()[-3000:]}")
-                time.sleep(0.5)
-            return json.loads(result.read_text())
+        except FileExistsError:
+            return False
+        return True
+
+    def _compute(self, name: str, compute, reraise: bool = False) -> None:
         self.folder(name).mkdir(parents=True, exist_ok=True)
         try:
             value = compute(self.folder(name))
-        except BaseException as err:
-            failed.write_text(repr(err))
-            raise
-        temp = result.with_suffix(".tmp")
+        except BaseException as err:  # pytest.fail included: the waiting tests fail with it
+            (self.shared / f"{name}.failed").write_text(f"{type(err).__name__}: {err}")
+            if reraise:
+                raise
+            return
+        temp = self.shared / f"{name}.tmp"
         temp.write_text(json.dumps(value))
-        temp.replace(result)  # whole or absent: a waiting worker never reads half of it
-        return value
+        temp.replace(self.shared / f"{name}.json")  # whole or absent: a waiting test never reads half
+
+    def _wait(self, name: str) -> dict:
+        result, failed = self.shared / f"{name}.json", self.shared / f"{name}.failed"
+        waited = time.monotonic()
+        while not result.exists():
+            if failed.exists():
+                pytest.fail(f"{name}: its child failed: {failed.read_text()[-3000:]}")
+            if time.monotonic() - waited > WAIT_FOR_OTHER_WORKER:
+                pytest.fail(f"{name}: no result in {WAIT_FOR_OTHER_WORKER} s")
+            time.sleep(0.5)
+        return json.loads(result.read_text())
 
 
 @pytest.fixture(scope="session")
-def run_once(tmp_path_factory) -> RunOnce:
+def run_once(tmp_path_factory) -> Iterator[RunOnce]:
     base = tmp_path_factory.getbasetemp()
     # Under xdist every worker's basetemp sits in this run's folder; alone, basetemp is it.
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base / "run-once"
     shared.mkdir(exist_ok=True)
-    return RunOnce(shared)
+    runner = RunOnce(shared)
+    yield runner
+    for thread in runner.threads:  # no child outlives the session
+        thread.join()
+
+
+# The children that several tests read: name -> (its `compute(folder) -> dict`, the test modules that
+# read it). They start in the background when the session starts (when a reader's tests are among
+# those selected), so their minutes overlap other tests instead of a worker waiting for them.
+BACKGROUND = {
+    "batchnorm": ("tests.unit.test_batchnorm:children", ["tests.unit.test_batchnorm"]),
+    "averaging": ("tests.unit.test_averaging:children", ["tests.unit.test_averaging"]),
+    "parallel": ("tests.unit.test_parallel:children", ["tests.unit.test_parallel"]),
+    "towers": ("tests.unit.test_bench:towers_children",
+               ["tests.unit.test_bench", "tests.unit.keras2.test_fit_generator"]),
+}  # fmt: skip
+
+
+def background(name: str):
+    """The compute function of a background child (for a reader in another module than its own)."""
+    module, function = BACKGROUND[name][0].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_background_children(request, run_once) -> None:
+    selected = {item.module.__name__ for item in request.session.items if item.module is not None}
+    for name, (_, readers) in BACKGROUND.items():
+        if selected.intersection(readers):
+            run_once.start(name, background(name))
 
 
 @pytest.fixture
@@ -114,42 +179,31 @@ def isolated_sources(tmp_path, monkeypatch) -> Path:
     return home
 
 
-def run_python(code: str, *, timeout: float = 300, env: dict[str, str] | None = None) -> dict:
-    """Run `code` in a fresh interpreter; it must print one JSON object as its last line.
-
-    Returns that object. A failing child fails the test with its stderr tail.
-    """
-    return _json_result(_run([sys.executable, "-c", textwrap.dedent(code)], timeout, env))
-
-
 def child_process(
     path: Path, *args: object, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run the program at `path` with `args` (as strings) in a fresh interpreter, mgtutor importable."""
-    return _run([sys.executable, str(path), *map(str, args)], timeout, env)
+    """Run the program at `path` with `args` in a fresh interpreter, mgtutor importable; its raw output."""
+    command = [sys.executable, str(path), *map(str, args)]
+    env = child_env(env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
 def run_child(path: Path, *args: object, timeout: float = 300, env: dict[str, str] | None = None) -> dict:
-    """`run_python` for a program in a file: `child_process`, then the JSON object its stdout ends with."""
-    return _json_result(child_process(path, *args, timeout=timeout, env=env))
+    """Run the program at `path` as a notebook does (`run_script`): the values it passed to `report_result`.
+
+    A child that fails, or reports nothing, fails the test with its last lines.
+    """
+    from mgtutor.processes import run_script
+
+    env = child_env(env)
+    outcome = run_script(path, *args, cwd=ROOT, env=env, timeout=timeout, stream=False, check=False)
+    if outcome.returncode != 0 or outcome.result is None:
+        why = f"failed (exit {outcome.returncode})" if outcome.returncode else "reported no result"
+        pytest.fail(f"{path.name} {why}:\n" + "\n".join(outcome.tail))
+    return outcome.result
 
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment with `env`; ROOT first on PYTHONPATH (a script's own folder is not ROOT)."""
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **(env or {})}
-
-
-def _run(command: list[str], timeout: float, env: dict[str, str] | None) -> subprocess.CompletedProcess:
-    env = child_env(env)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-
-
-def _json_result(result: subprocess.CompletedProcess) -> dict:
-    if result.returncode != 0:
-        pytest.fail(f"child process failed ({result.returncode}):\n{result.stderr[-4000:]}")
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        pytest.fail(f"child printed no JSON last line:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")

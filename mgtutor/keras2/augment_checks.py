@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import difflib
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import is_whole
+from mgtutor._checks import is_real, is_whole
 
 FILL_MODES = ("nearest", "constant", "reflect", "wrap")
 SUPPORTED_ARGUMENTS = (
@@ -41,10 +40,6 @@ class _GeneratorBase:
     """
 
     __slots__ = ()
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 
 
 def _check_flag(value: Any, name: str) -> bool:
@@ -121,7 +116,7 @@ def _parse_shift(value: Any, name: str) -> _Shift:
         if value < 0:
             raise ValueError(f"{name}={value} is negative; shifts already go both ways: {fix}.")
         return _Shift("int", (int(value),)) if value > 0 else _Shift("none")
-    if _is_real(value):
+    if is_real(value):
         if not math.isfinite(value) or value < 0:
             raise ValueError(
                 f"{name}={value!r} must be finite and >= 0 (shifts already go both ways); {fix}."
@@ -129,7 +124,7 @@ def _parse_shift(value: Any, name: str) -> _Shift:
         return _Shift("uniform", (float(value),)) if value > 0 else _Shift("none")
     if isinstance(value, Sequence | np.ndarray):
         array = np.asarray(value)
-        if array.ndim != 1 or array.size == 0 or not all(_is_real(v) for v in array.tolist()):
+        if array.ndim != 1 or array.size == 0 or not all(is_real(v) for v in array.tolist()):
             raise ValueError(f"{name} as a list must be a flat, non-empty list of numbers, got {value!r}.")
         values = tuple(float(v) for v in array.tolist())
         if not all(math.isfinite(v) for v in values):
@@ -156,9 +151,9 @@ def _check_settings(
     fill_mode: Any, cval: Any, rescale: Any, data_format: Any,
 ) -> tuple[_Shift, _Shift]:  # fmt: skip
     """`ImageDataGenerator`'s numeric and mode arguments, checked in its order; the parsed shifts."""
-    if not _is_real(zca_epsilon) or not (math.isfinite(zca_epsilon) and zca_epsilon > 0):
+    if not is_real(zca_epsilon) or not (math.isfinite(zca_epsilon) and zca_epsilon > 0):
         raise ValueError(f"zca_epsilon must be a positive number, got {zca_epsilon!r}; the default is 1e-6.")
-    if not _is_real(rotation_range) or not 0 <= rotation_range <= 180:
+    if not is_real(rotation_range) or not 0 <= rotation_range <= 180:
         raise ValueError(
             f"rotation_range is in degrees, from 0 to 180, got {rotation_range!r}: rotations go "
             "both ways, so 180 already covers every angle. Pass e.g. rotation_range=15."
@@ -169,9 +164,9 @@ def _check_settings(
     )
     if fill_mode not in FILL_MODES:
         raise ValueError(f"fill_mode must be one of {FILL_MODES}, got {fill_mode!r}.")
-    if not _is_real(cval) or not math.isfinite(cval):
+    if not is_real(cval) or not math.isfinite(cval):
         raise ValueError(f"cval must be a finite number (the fill for fill_mode='constant'), got {cval!r}.")
-    if rescale is not None and (not _is_real(rescale) or not math.isfinite(rescale)):
+    if rescale is not None and (not is_real(rescale) or not math.isfinite(rescale)):
         raise ValueError(f"rescale must be None or a finite number such as 1/255, got {rescale!r}.")
     if data_format not in (None, "channels_last"):
         raise ValueError(
@@ -210,8 +205,8 @@ def _keras2_option_off(name: str, value: Any) -> bool:
     if name == "interpolation_order":
         return is_whole(value) and value == 1
     if name == "zoom_range" and isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
-        return len(value) == 2 and all(_is_real(v) and v == 1 for v in value)
-    return _is_real(value) and value == 0
+        return len(value) == 2 and all(is_real(v) and v == 1 for v in value)
+    return is_real(value) and value == 0
 
 
 def _safe_dtype(value: Any) -> Any:

@@ -6,11 +6,10 @@ TensorFlow fixes its devices once per process, so everything that needs two
 devices runs here: argument errors before any TensorFlow work, parity with
 synchronous training, the averaging schedule and log, optimizer-state
 averaging, the data forms, LeNet on real MNIST (if the data is there). It
-prints its measurements as one JSON object, the last line of stdout; the
+reports its measurements with `report_result`; the
 parent asserts.
 """
 
-import json
 import os
 import tempfile
 import warnings
@@ -36,6 +35,7 @@ from mgtutor import ImageDataGenerator  # noqa: E402
 from mgtutor.data import DataNotFoundError, load_mnist  # noqa: E402
 from mgtutor.models import build_lenet  # noqa: E402
 from mgtutor.parallel import copy_model, max_weight_difference  # noqa: E402
+from mgtutor.processes import report_result  # noqa: E402
 
 out = {"early": early}
 rng = np.random.default_rng(0)
@@ -176,7 +176,7 @@ for name, call in (
 try:
     mnist = load_mnist(allow_download=False)
 except DataNotFoundError:
-    print(json.dumps(out))
+    report_result(out)
     raise SystemExit(0) from None
 (x_train, y_train), (x_test, y_test) = mnist.subset(1536, 1000).prepared()
 lenet = build_lenet(seed=0)
@@ -188,4 +188,4 @@ out["lenet"] = {
     "steps": wrapper.steps, "syncs": wrapper.synchronizations,
     "spread": [entry["spread"] for entry in wrapper.averaging_log],
 }
-print(json.dumps(out))
+report_result(out)

@@ -10,14 +10,13 @@ process with one MirroredStrategy); the drift, the save refusal, the averaging, 
 without a strategy, Trainer; then tiny models through the callback, Trainer, resumable_fit and the
 towers. On 4 devices: the synchronized parity against the 2-device run's one-device weights, and
 the files saved on 2 replicas and on one device reloaded under a 4-replica strategy. Each prints
-its measurements as one JSON object, the last line of stdout; the parent asserts.
+its measurements with `report_result`; the parent asserts.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -36,6 +35,7 @@ mgtutor.setup_devices(DEVICES, verbose=False)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from mgtutor import models, parallel  # noqa: E402
 from mgtutor.batchnorm import (  # noqa: E402
@@ -45,6 +45,7 @@ from mgtutor.batchnorm import (  # noqa: E402
     replica_copy_spread,
 )
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
+from mgtutor.processes import report_result  # noqa: E402
 from mgtutor.resume import resumable_fit  # noqa: E402
 from mgtutor.saving import export_for_serving, load_model, save_model  # noqa: E402
 from mgtutor.trainer import Trainer  # noqa: E402
@@ -121,9 +122,14 @@ def refusal(call) -> str:
     return ""
 
 
-def predictions(model) -> np.ndarray:
-    """On all of x in batches of 32: the last batch of 4 is split over the replicas too."""
-    return model.predict(x, batch_size=BATCH, verbose=0)
+def predictions(model, eager: bool = False) -> np.ndarray:
+    """On all of x in batches of 32: under a strategy the last batch of 4 is split over the replicas too.
+
+    A one-device model is called eagerly (as `max_output_difference` does); `eager` runs
+    ``predict`` under the strategy eagerly too: the same arithmetic without a trace per model.
+    """
+    model.run_eagerly = eager
+    return np.concatenate(parallel._predictions(model, x, BATCH))
 
 
 def largest_difference(a, b) -> float:
@@ -160,7 +166,8 @@ def on_four_devices() -> None:
     files = {"two": (AVERAGED, AVERAGED_PREDICTIONS), "one": (ONE_DEVICE, ONE_DEVICE_PREDICTIONS)}
     for name, (path, expected) in files.items():
         model = load_model(path, strategy=strategy)
-        out[f"{name}_on_four"] = largest_difference(predictions(model), np.load(expected))
+        # Eagerly: a traced predict on 4 replicas costs 5 s per model; the 2-device run traces one.
+        out[f"{name}_on_four"] = largest_difference(predictions(model, eager=True), np.load(expected))
         out[f"{name}_on_four_copies"] = replica_copies(model)
         out[f"{name}_on_four_spread"] = replica_copy_spread(model)
     # The two files hold differently trained models: the comparisons above tell models apart.
@@ -171,7 +178,7 @@ def on_four_devices() -> None:
 
 if DEVICES == 4:
     on_four_devices()
-    print(json.dumps(out))
+    report_result(out)
     sys.exit(0)
 
 # ---- MiniGoogLeNet, one epoch, plain and synchronized, on 2 replicas and on 1 device. In float64:
@@ -192,8 +199,11 @@ class FirstStep(keras.callbacks.Callback):
 
 
 first_step = FirstStep()
-plain, plain_one = minigooglenet(False, True), minigooglenet(False, False)
-synced, synced_one = minigooglenet(True, True), minigooglenet(True, False, callbacks=[first_step])
+# The 2-replica fits traced, as learners run them; their one-device references eagerly (the same
+# float64 arithmetic, without two traces per model: measured 1.4e-15 either way).
+plain, plain_one = minigooglenet(False, True), minigooglenet(False, False, eager=True)
+synced = minigooglenet(True, True)
+synced_one = minigooglenet(True, False, callbacks=[first_step], eager=True)
 for name, (two, one) in {"plain": (plain, plain_one), "synced": (synced, synced_one)}.items():
     out[f"parity_{name}"] = parallel.max_weight_difference(two, one)
     out[f"parity_{name}_outputs"] = parallel.max_output_difference(two, one, x, BATCH)
@@ -222,7 +232,8 @@ out["average_again"] = average_replica_copies(plain)
 saved = save_model(plain, AVERAGED, verbose=False)
 live = predictions(plain)
 np.save(AVERAGED_PREDICTIONS, live)
-out["saved_vs_live"] = largest_difference(predictions(load_model(saved, strategy=strategy)), live)
+reloaded = load_model(saved, strategy=strategy)
+out["saved_vs_live"] = largest_difference(predictions(reloaded, eager=True), live)
 two_on_one = load_model(saved)
 out["two_on_one"] = largest_difference(predictions(two_on_one), live)
 out["two_on_one_copies"] = replica_copies(two_on_one)
@@ -236,10 +247,14 @@ mark("averaged")
 with strategy.scope():
     synced_trained = build_minigooglenet(True)
     optimizer = keras.optimizers.SGD(0.05)
+# Its step eagerly: one traced step of synchronized MiniGoogLeNet costs 20 s here, and the traced
+# loop is checked by test_trainer and notebook 10.
+tf.config.run_functions_eagerly(True)
 Trainer(synced_trained, optimizer, "categorical_crossentropy", strategy=strategy).fit(
     x[:BATCH].astype(np.float64), y[:BATCH].astype(np.float64), batch_size=BATCH, epochs=1, shuffle=False,
     verbose=0,
 )  # fmt: skip
+tf.config.run_functions_eagerly(False)
 pairs = zip(synced_trained.get_weights(), first_step.weights, strict=True)
 out["trainer_parity_synced"] = max(largest_difference(a, b) for a, b in pairs if a.size)
 out["trainer_synced_spread"] = replica_copy_spread(synced_trained)
@@ -338,4 +353,4 @@ pairs = zip(every_copy(resumed), every_copy(uninterrupted), strict=True)
 out["resumed_vs_uninterrupted"] = max(float(np.abs(a - b).max()) for a, b in pairs if a.size)
 
 mark("resumable_fit")
-print(json.dumps(out))
+report_result(out)

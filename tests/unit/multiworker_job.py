@@ -3,7 +3,7 @@
     python tests/unit/multiworker_job.py --strategy multi-worker ...   # under mgtutor.cluster.launch
     python tests/unit/multiworker_job.py --strategy mirrored --devices 2 ...   # the 1-process reference
 
-It trains a tiny CNN on seeded random data (or the seed CNN on CIFAR-10),
+It trains a tiny CNN with BatchNormalization on seeded random data (or the seed CNN on CIFAR-10),
 saves its final weights to ``--weights-out`` (``-worker<i>.npz`` appended),
 and reports its history, position and weight digest with `report_result`.
 """
@@ -17,7 +17,7 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("--strategy", choices=("multi-worker", "mirrored", "default"), default="multi-worker")
 parser.add_argument("--devices", type=int, default=2)
-parser.add_argument("--model", choices=("tiny", "tiny_bn", "seed_cnn"), default="tiny")
+parser.add_argument("--model", choices=("tiny", "tiny_bn", "seed_cnn"), default="tiny_bn")
 parser.add_argument("--samples", type=int, default=192)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--epochs", type=int, default=2)

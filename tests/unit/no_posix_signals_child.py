@@ -1,7 +1,6 @@
 """Child of test_proctree.py: import the launcher as on Windows, where signal.SIGKILL and os.killpg
-do not exist. Prints one JSON object."""
+do not exist. Reports with `report_result`."""
 
-import json
 import os
 import signal
 
@@ -10,5 +9,6 @@ del os.killpg
 
 import mgtutor.cluster  # noqa: E402,F401
 from mgtutor._proctree import hard_kill_signal  # noqa: E402
+from mgtutor.processes import report_result  # noqa: E402
 
-print(json.dumps({"imported": True, "hard_kill_signal": hard_kill_signal()}))
+report_result({"imported": True, "hard_kill_signal": hard_kill_signal()})

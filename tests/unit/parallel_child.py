@@ -2,11 +2,10 @@
 
     python tests/unit/parallel_child.py N      # N = 2 or 4, one process each
 
-TensorFlow fixes its devices once per process. It prints its measurements as
-one JSON object, the last line of stdout; the parent asserts.
+TensorFlow fixes its devices once per process. It reports its measurements with
+`report_result`; the parent asserts.
 """
 
-import json
 import os
 import sys
 import tempfile
@@ -15,6 +14,7 @@ import warnings
 import mgtutor.keras2.towers as towers_module
 import mgtutor.parallel as par
 from mgtutor.devices import setup_devices
+from mgtutor.processes import report_result
 
 N = int(sys.argv[1])
 # Importing mgtutor.parallel must leave TF unstarted, else this raises.
@@ -159,4 +159,4 @@ if N == 2:
     out["loaded_type"] = type(loaded).__name__
     out["loaded_diff"] = float(np.abs(loaded(x).numpy() - towers(x).numpy()).max())
 
-print(json.dumps(out))
+report_result(out)

@@ -4,11 +4,9 @@
 
 Trains an unbuilt model with checkpoints in CKPT, runs the same command again,
 with more epochs, with other settings, data and model (refused), and a run an
-EarlyStopping callback stopped. It prints its measurements as one JSON object,
-the last line of stdout; the parent asserts.
+EarlyStopping callback stopped. It reports its measurements with `report_result`; the parent asserts.
 """
 
-import json
 import os
 import sys
 
@@ -16,6 +14,7 @@ import keras
 import numpy as np
 
 from mgtutor.checkpoints import resume_point
+from mgtutor.processes import report_result
 from mgtutor.resume import resumable_fit
 
 CKPT = sys.argv[1]
@@ -95,4 +94,4 @@ out["stopped"] = history.epoch
 history = resumable_fit(unbuilt_model(), x, y, checkpoint_dir=stop_dir, epochs=5, batch_size=8,
                         seed=3, verbose=0, callbacks=[stopper])
 out["stopped_again"] = history.epoch
-print(json.dumps(out))
+report_result(out)

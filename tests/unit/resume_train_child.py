@@ -5,7 +5,7 @@
 The test starts it, SIGKILLs it mid-epoch (when it prints PAUSED and its
 resume point) and starts it again with the very same command line: the k-th
 start pauses after PAUSES_JSON[k] batches. At the end it saves its weights as
-OUT.npz and prints its History as one JSON object, the last line of stdout.
+OUT.npz and reports its History with `report_result`.
 """
 
 import contextlib
@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 from mgtutor.checkpoints import resume_point  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
 from mgtutor.parallel import mirrored_strategy  # noqa: E402
+from mgtutor.processes import report_result  # noqa: E402
 from mgtutor.resume import resumable_fit  # noqa: E402
 
 # The k-th start of this command stops for the kill after pauses[k] batches.
@@ -60,5 +61,5 @@ history = resumable_fit(model, x, y, checkpoint_dir=ckpt, epochs=3, batch_size=3
                         seed=7, strategy=strategy, callbacks=[PauseForKill()], verbose=0,
                         validation_data=(x_val, y_val))
 np.savez(out + ".npz", *model.get_weights())
-print(json.dumps({"epoch": history.epoch, "history": history.history,
-                  "resumed_from": history.resumed_from, "batches": PauseForKill.batches}), flush=True)
+report_result({"epoch": history.epoch, "history": history.history, "resumed_from": history.resumed_from,
+               "batches": PauseForKill.batches})  # fmt: skip

@@ -6,12 +6,11 @@ FOLDER holds ``single.keras`` and ``inputs.npz`` from the 1-device parent. On 4
 simulated devices it loads that model, trains it, and saves models (mirrored,
 in scope, towers, SavedModel) and their outputs in FOLDER for the parent to
 load on 1 device; it also checks resumable_fit's global-batch refusal. It
-prints its measurements as one JSON object, the last line of stdout.
+reports its measurements with `report_result`.
 """
 
 import contextlib
 import io
-import json
 import os
 import sys
 
@@ -30,6 +29,7 @@ import tensorflow as tf  # noqa: E402
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
 from mgtutor.parallel import mirrored_strategy  # noqa: E402
+from mgtutor.processes import report_result  # noqa: E402
 
 inputs = np.load(os.path.join(FOLDER, "inputs.npz"))
 x, y, probe = inputs["x"], inputs["y"], inputs["probe"]
@@ -89,4 +89,4 @@ try:
 except ValueError as err:
     out["batch_error"] = str(err)
 out["ckpt_written"] = os.path.exists(path("ckpt"))
-print(json.dumps(out))
+report_result(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,9 +32,13 @@ MIN_SPREAD = 1e-4
 CHILD = ROOT / "tests" / "unit" / "averaging_child.py"
 
 
+def children(folder: Path) -> dict:
+    return run_child(CHILD, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def child(run_once) -> dict:
-    return run_once("averaging", lambda _: run_child(CHILD, timeout=600))
+    return run_once("averaging", children)
 
 
 # --------------------------------------------------------------------------- two devices

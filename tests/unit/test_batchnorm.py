@@ -2,25 +2,22 @@
 
 Everything that needs several devices runs in ``batchnorm_child.py``, one child process per
 device count: 2 devices, then 4, which reloads the files the 2-device run saved (measured on an
-idle 2-core machine: 2 min and 40 s of CPU). MiniGoogLeNet on 16x16x3, float64, 100 examples in
-batches of 32 (the last batch holds 4), one epoch. The children print their measurements as JSON;
-the assertions are here. Bad inputs and the one-device behaviour are checked in this process.
+idle 2-core machine: 1 min 30 s and 38 s, started in the background as the session starts).
+MiniGoogLeNet on 16x16x3, float64, 100 examples in batches of 32 (the last batch holds 4), one
+epoch. The children print their measurements as JSON; the assertions are here. Bad inputs and the
+one-device behaviour are checked in this process. Two workers averaging their statistics through
+`Trainer` are tested in test_cluster.py, whose multi-worker job has BatchNormalization.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mgtutor import batchnorm, models
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_child
 
 CHILD = ROOT / "tests" / "unit" / "batchnorm_child.py"
 CHILD_TIMEOUT = 600  # seconds, per child; at most 120 measured
@@ -41,9 +38,6 @@ SAVED_ATOL = 1e-5
 # 2 devices vs fit on 1, one step: 2.5e-16.
 PARITY_ATOL = 1e-12
 PLAIN_PARITY_MIN = 1e-4
-# 2 workers vs 1 process with 2 replicas, tiny BatchNorm model through Trainer: measured 1.2e-7
-# (the two workers hold bit-identical weights: the averaging is a collective across them).
-WORKERS_ATOL = 1e-6
 # Towers: the moving mean after one step vs the tower-order formula: measured 6e-8.
 TOWERS_ATOL = 1e-6
 # A model saved on 2 devices (averaged) or on 1, reloaded on 1 or under a 4-replica strategy,
@@ -53,30 +47,20 @@ RELOAD_ATOL = 1e-5
 OTHER_MODEL_MIN = 1e-3
 
 
-def run_child(folder: Path, devices: int) -> dict:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(CHILD), "--folder", str(folder), "--devices", str(devices)],
-        capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env, cwd=ROOT,
-    )  # fmt: skip
-    if done.returncode != 0:
-        failed = f"batchnorm_child.py --devices {devices} failed ({done.returncode})"
-        pytest.fail(f"{failed}:\n{done.stderr[-4000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"batchnorm child, {devices} device(s), {time.perf_counter() - started:.0f} s: {result}")
-    return result
+def children(folder: Path) -> dict:
+    """The 2-device child, then the 4-device one, which reloads what the first saved in `folder`."""
+    return {str(n): run_child(CHILD, "--folder", folder, "--devices", n, timeout=CHILD_TIMEOUT)
+            for n in (2, 4)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def measured(run_once) -> dict:
-    return run_once("batchnorm-2", lambda folder: run_child(folder, 2))
+    return run_once("batchnorm", children)["2"]
 
 
 @pytest.fixture(scope="module")
-def on_four_devices(run_once, measured) -> dict:
-    # After the 2-device run, in its folder: it reloads the files that run saved.
-    return run_once("batchnorm-4", lambda _: run_child(run_once.folder("batchnorm-2"), 4))
+def on_four_devices(run_once) -> dict:
+    return run_once("batchnorm", children)["4"]
 
 
 # --------------------------------------------------------------------------- 2 devices
@@ -181,35 +165,6 @@ def test_saved_on_one_device_predicts_the_same_on_four(on_four_devices):
     assert on_four_devices["one_on_four"] <= RELOAD_ATOL
     # The comparisons tell models apart: the two files' models predict differently.
     assert on_four_devices["two_vs_one_predictions"] > OTHER_MODEL_MIN
-
-
-def test_trainer_averages_across_workers(tmp_path):
-    """2 workers (MultiWorkerMirroredStrategy, 1 replica each) and 1 process with 2 replicas."""
-    from mgtutor.cluster import launch
-
-    job = ROOT / "tests" / "unit" / "multiworker_job.py"
-    common = ["--model", "tiny_bn", "--epochs", "1"]
-    reference = subprocess.Popen(
-        [sys.executable, str(job), *common, "--strategy", "mirrored", "--devices", "2",
-         "--weights-out", str(tmp_path / "reference")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )  # fmt: skip
-    try:
-        result = launch(job, 2, args=[*common, "--weights-out", tmp_path / "w"], cwd=ROOT, timeout=240)
-        output, _ = reference.communicate(timeout=240)
-    finally:
-        reference.kill()
-        reference.wait()
-    assert result.ok, result.summary() + "\n" + "\n".join(result.workers[1].log_tail)
-    assert reference.returncode == 0, output[-3000:]
-    first, second = result.results
-    # Each worker updated its statistics from its own slice; averaged, both hold the same values.
-    assert first["digest"] == second["digest"]
-    workers, one_process = (np.load(tmp_path / f"{name}-worker0.npz") for name in ("w", "reference"))
-    difference = max(float(np.abs(workers[k] - one_process[k]).max()) for k in workers.files)
-    print(f"2 workers vs 1 process with 2 replicas: {difference:.3g}; {output.strip().splitlines()[-1]}")
-    assert difference <= WORKERS_ATOL
 
 
 # --------------------------------------------------------------------------- this process

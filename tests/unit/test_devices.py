@@ -1,67 +1,29 @@
-"""mgtutor.devices: device set-up is once per process, so each case runs in a fresh interpreter."""
+"""mgtutor.devices: device set-up is once per process, so each case runs in a fresh interpreter
+(devices_child.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mgtutor.devices import parameter_memory, setup_devices
-from tests.conftest import run_python
+from tests.conftest import ROOT, run_child
+
+CHILD = ROOT / "tests" / "unit" / "devices_child.py"
 
 
-def test_splits_the_cpu_and_is_idempotent():
-    result = run_python(
-        """
-        import json
-        import tensorflow as tf
-        from mgtutor import setup_devices
-        first = setup_devices(4)
-        again = setup_devices(4, verbose=False)
-        with tf.device(first[3]):
-            where = tf.constant(1.0).device
-        print(json.dumps({"names": list(first), "kind": first.kind, "again": list(again),
-                          "where": where,
-                          "logical": len(tf.config.list_logical_devices("CPU"))}))
-        """
-    )
+def test_splits_the_cpu_says_so_and_is_idempotent():
+    result = run_child(CHILD, "first")
     assert result["names"] == [f"/device:CPU:{i}" for i in range(4)]
     assert result["kind"] == "logical-cpu" and result["again"] == result["names"]
     assert result["logical"] == 4 and result["where"].endswith("CPU:3")
+    assert "the CPU split into 4 logical CPU device(s)" in result["printed"]
+    assert ", ".join(result["names"]) in result["printed"]
 
 
 def test_changing_the_count_after_start_asks_for_a_restart():
-    result = run_python(
-        """
-        import json
-        import tensorflow as tf
-        from mgtutor import DeviceSetupError, setup_devices
-        tf.constant(1.0)  # the runtime starts with its default single CPU
-        messages = []
-        for n in (2, 1):
-            try:
-                messages.append(list(setup_devices(n, verbose=False)))
-            except DeviceSetupError as err:
-                messages.append(str(err))
-        print(json.dumps(messages))
-        """
-    )
-    refused, accepted = result
+    refused, accepted = run_child(CHILD, "late")["messages"]
     assert "Restart the kernel" in refused and "setup_devices(2)" in refused
     assert accepted == ["/device:CPU:0"]
-
-
-def test_prints_what_it_did():
-    result = run_python(
-        """
-        import contextlib, io, json
-        from mgtutor import setup_devices
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            setup_devices(2)
-        print(json.dumps(out.getvalue()))
-        """
-    )
-    assert "the CPU split into 2 logical CPU device(s)" in result
-    assert "/device:CPU:0, /device:CPU:1" in result
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, "4", True, None])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mgtutor import data, models
-from tests.conftest import run_python
+from tests.conftest import ROOT, run_child
 
 SEED_CNN_LAYERS = [
     "Conv2D", "Activation", "Conv2D", "Activation", "MaxPooling2D", "Dropout",
@@ -25,15 +25,7 @@ def predict_two(model, input_shape, seed: int = 0) -> np.ndarray:
 
 
 def test_importing_models_does_not_import_tensorflow():
-    result = run_python(
-        """
-        import json, sys
-        import mgtutor.models
-        print(json.dumps({"tf": "tensorflow" in sys.modules, "keras": "keras" in sys.modules}))
-        """,
-        timeout=60,
-    )
-    assert result == {"tf": False, "keras": False}
+    assert run_child(ROOT / "tests" / "unit" / "light_import_child.py", "mgtutor.models") == {"loaded": []}
 
 
 # --------------------------------------------------------------------------- seed CNN

@@ -7,7 +7,7 @@ import re
 import tomllib
 
 import mgtutor
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, run_child
 
 
 def _normalise(requirement: str) -> str:
@@ -25,13 +25,7 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
 
 
 def test_import_starts_nothing_heavy():
-    loaded = run_python(
-        """
-        import json, sys
-        import mgtutor
-        print(json.dumps(sorted(m for m in ("tensorflow", "keras", "matplotlib") if m in sys.modules)))
-        """
-    )
+    loaded = run_child(ROOT / "tests" / "unit" / "light_import_child.py", "mgtutor")["loaded"]
     assert loaded == []
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,15 +34,16 @@ MIN_UPDATE = 1e-3
 CHILD = ROOT / "tests" / "unit" / "parallel_child.py"
 
 
-@pytest.fixture(scope="module")
-def parity() -> dict[int, dict]:
-    """Run the 2- and the 4-device children side by side; their JSON by device count."""
+def children(folder: Path) -> dict[str, dict]:
+    """The 2- and the 4-device children side by side; their JSON by device count."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {n: pool.submit(run_child, CHILD, n) for n in (2, 4)}
-        results = {n: future.result() for n, future in futures.items()}
-    for n, result in results.items():
-        print(f"parity at {n} devices: {result}")
-    return results
+        return {str(n): future.result() for n, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def parity(run_once) -> dict[int, dict]:
+    return {int(n): result for n, result in run_once("parallel", children).items()}
 
 
 DEVICE_COUNTS = pytest.mark.parametrize("n", [2, 4])

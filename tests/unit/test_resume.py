@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgtutor.processes import parse_result
 from tests.conftest import ROOT, child_env, run_child
 
 # Resumed vs uninterrupted training with op determinism: measured 0.0 for the
@@ -172,15 +173,14 @@ def _run_until_paused_or_done(command: list[str], log: Path) -> tuple[str, objec
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT, env=env)
     watchdog = threading.Timer(RUN_TIMEOUT, proc.kill)  # a hung run fails the test, not the suite
     watchdog.start()
-    last = ""
+    reported = None
     try:
         for line in proc.stdout:
             if line.startswith("PAUSED"):
                 proc.kill()  # SIGKILL: no Python cleanup, no callbacks, like a pulled plug
                 proc.wait(timeout=60)
                 return "killed", json.loads(line.split(" ", 1)[1])
-            if line.strip():
-                last = line
+            reported = parse_result(line.rstrip("\n")) or reported
         proc.wait(timeout=60)
     finally:
         watchdog.cancel()
@@ -190,7 +190,8 @@ def _run_until_paused_or_done(command: list[str], log: Path) -> tuple[str, objec
         proc.stdout.close()
     if proc.returncode != 0:
         pytest.fail(f"training run failed ({proc.returncode}):\n{log.read_text()[-4000:]}")
-    return "done", json.loads(last)
+    assert reported is not None, f"the training run reported nothing:\n{log.read_text()[-4000:]}"
+    return "done", reported
 
 
 def _kill_and_resume(folder: Path, n_devices: int, pauses: list[int]) -> dict:

@@ -105,3 +105,19 @@ def test_python_loggers_are_raised_never_lowered():
     finally:
         tf_logger.setLevel(saved[0])
         absl_logger.setLevel(saved[1])
+
+
+def test_only_the_retracing_alarm_about_keras_own_training_functions_is_dropped(caplog):
+    # The two messages as TensorFlow 2.21 logs them: many models, each tracing its own training
+    # function once (same code), and a learner's function that really retraces.
+    keras_models = ("5 out of the last 14 calls to <function TensorFlowTrainer._make_function.<locals>."
+                    "multi_step_on_iterator at 0x7f> triggered tf.function retracing. Tracing is expensive")
+    own_function = "5 out of the last 5 calls to <function step at 0x7f> triggered tf.function retracing."
+    quiet_python_logs()
+    quiet_python_logs()  # idempotent: one filter
+    tf_logger = logging.getLogger("tensorflow")
+    assert sum(type(f).__name__ == "_KerasModelsTracedOnce" for f in tf_logger.filters) == 1
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        tf_logger.warning(keras_models)
+        tf_logger.warning(own_function)
+    assert [r.getMessage() for r in caplog.records] == [own_function]

@@ -3,8 +3,7 @@
     python tests/unit/trainer_mirrored_child.py
 
 Trainer against Keras fit and against one device, and the errors that need a
-strategy. It prints its measurements as one JSON object, the last line of
-stdout; the parent asserts.
+strategy. It reports its measurements with `report_result`; the parent asserts.
 """
 
 import json
@@ -18,6 +17,7 @@ mgtutor.setup_devices(2, verbose=False)
 import keras  # noqa: E402
 
 from mgtutor.parallel import copy_model, max_weight_difference, mirrored_strategy  # noqa: E402
+from mgtutor.processes import report_result  # noqa: E402
 from mgtutor.trainer import Trainer  # noqa: E402
 from mgtutor.worker import multi_worker_strategy  # noqa: E402
 
@@ -59,10 +59,10 @@ try:
     multi_worker_strategy()  # too late: TF has started in this process
 except RuntimeError as err:
     errors["late"] = str(err)
-print(json.dumps({
+report_result({
     "replicas": trainer.num_replicas,
     "vs_fit": max_weight_difference(ours, fitted),
     "vs_one_device": max_weight_difference(ours, single),
     "history": history, "expected": expected, "one_device": one_device_history,
     "errors": errors,
-}))
+})

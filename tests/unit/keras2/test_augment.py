@@ -8,7 +8,7 @@ SciPy's order-1 resampling, which agreed with SciPy 1.17.1 to 1e-14 over 12,000
 random affine transforms in the four fill modes. Everything else on tf_keras's
 side (the random draws, the matrices, the centring, the flips) is its own code.
 
-Seed 000's training cell runs in a child process, as it sets up 2 devices.
+Seed 000's training cell runs in test_seed_scripts.py, with the rest of its code.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pytest
 
 from mgtutor.keras2.augment import ImageDataGenerator, NotFittedError, augment_dataset
 from mgtutor.keras2.augment_tf import _tf_apply
-from tests.conftest import run_python
 
 DRAWS = 2000  # images per rate/distribution check: a 0.5 rate lands in 0.45..0.55 with p > 0.9999
 SIZE = 32
@@ -501,61 +500,3 @@ def test_layers_path_standardizes_like_standardize():
         ImageDataGenerator(width_shift_range=2).as_layers()
     with pytest.raises(ValueError, match=r"in pixels.*input_shape"):
         ImageDataGenerator(width_shift_range=3.0).as_layers()
-
-
-# --------------------------------------------------------------------------- seed 000
-
-SEED_000_CELL = """
-import json
-import numpy as np
-import keras
-# --- changed imports: keras.preprocessing.image.ImageDataGenerator and multi_gpu_model ---
-from mgtutor.keras2.augment import ImageDataGenerator
-from mgtutor import setup_devices, multi_gpu_model, build_model, seed_optimizer
-from mgtutor.data import synthetic_dataset
-setup_devices(2)  # after importing mgtutor.keras2.augment: the import must not have started TensorFlow
-# --- seed 000's set-up, on a few hundred synthetic CIFAR-sized images ---
-num_classes = 10
-(X_train, y_train), (X_test, y_test) = synthetic_dataset(320, 64, seed=0)
-Y_train = keras.utils.to_categorical(y_train, num_classes)
-Y_test = keras.utils.to_categorical(y_test, num_classes)
-template = build_model("seed_cnn", X_train.shape[1:], num_classes, seed=0)
-before = [w.copy() for w in template.get_weights()]
-model = multi_gpu_model(template, gpus=2)
-opt = seed_optimizer(learning_rate=0.0001, decay=1e-6)
-model.compile(loss='categorical_crossentropy', optimizer=opt, metrics=['accuracy'])
-batch_size = 32 * 2
-epochs = 1
-X_train = X_train.astype('float32') / 255
-X_test = X_test.astype('float32') / 255
-# --- seed 000's training cell, unchanged ---
-datagen = ImageDataGenerator(
-    featurewise_center=False,  # set input mean to 0 over the dataset
-    samplewise_center=False,  # set each sample mean to 0
-    featurewise_std_normalization=False,  # divide inputs by std of the dataset
-    samplewise_std_normalization=False,  # divide each input by its std
-    zca_whitening=False,  # apply ZCA whitening
-    rotation_range=0,  # randomly rotate images in the range (degrees, 0 to 180)
-    width_shift_range=0.1,  # randomly shift images horizontally (fraction of total width)
-    height_shift_range=0.1,  # randomly shift images vertically (fraction of total height)
-    horizontal_flip=True,  # randomly flip images
-    vertical_flip=False)  # randomly flip images
-datagen.fit(X_train)
-history = model.fit_generator(datagen.flow(X_train, Y_train, batch_size=batch_size),
-                              steps_per_epoch=X_train.shape[0] // batch_size,
-                              epochs=epochs,
-                              validation_data=(X_test, Y_test))
-moved = max(float(np.abs(a - b).max()) for a, b in zip(template.get_weights(), before))
-print(json.dumps({"history": history.history, "moved": moved, "towers": list(model.tower_devices)}))
-"""
-
-
-def test_seed_000_training_cell_runs_with_only_imports_changed():
-    result = run_python(SEED_000_CELL, timeout=300)
-    assert result["towers"] == ["/device:CPU:0", "/device:CPU:1"]
-    history = result["history"]
-    assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
-    for name, values in history.items():
-        assert len(values) == 1 and math.isfinite(values[0]), name
-    assert 0 < history["loss"][0] < 10 and 0 <= history["val_accuracy"][0] <= 1
-    assert result["moved"] > 0  # training the towers trained the template

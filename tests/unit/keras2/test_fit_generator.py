@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import background
 
 N, BATCH, EPOCHS = 103, 16, 3
 PASS = math.ceil(N / BATCH)  # 7 batches, the last one of 7 examples
@@ -286,53 +286,8 @@ def test_throughput_reports_steps_and_no_rate_for_a_cut_short_epoch(capsys):
         Throughput(BATCH, steps_per_epoch=0)
 
 
-TOWERS = """
-import json
-import math
-
-from mgtutor.devices import setup_devices
-
-setup_devices(2, verbose=False)
-
-import keras
-import numpy as np
-
-from mgtutor.keras2.augment import ImageDataGenerator
-from mgtutor.keras2.towers import multi_gpu_model
-from mgtutor.parallel import mirrored_strategy
-from mgtutor.keras2.fit_generator import fit_generator
-from mgtutor.progress import Throughput
-
-N, BATCH = 103, 16
-x = np.broadcast_to(np.arange(N, dtype=np.float32)[:, None, None, None], (N, 2, 2, 1)).copy()
-y = (np.arange(N) % 2).astype(np.float32)
-keras.utils.set_random_seed(0)
-template = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(1)])
-towers = multi_gpu_model(template, 2)
-towers.compile(optimizer="sgd", loss="mse")
-out = {}
-for steps in (5, 7, 9):
-    meter = Throughput(BATCH, verbose=False)
-    flow = ImageDataGenerator().flow(x, y, batch_size=BATCH, seed=0)
-    towers.fit_generator(flow, steps_per_epoch=steps, epochs=3, verbose=0, callbacks=[meter])
-    out[str(steps)] = [e["steps"] for e in meter.epochs]
-out["towers"] = list(towers.tower_devices)
-
-# Under a strategy Keras reads a batch to build the model before training: the
-# stream must still start at the first pass.
-with mirrored_strategy().scope():
-    mirrored = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(1)])
-    mirrored.compile(optimizer="sgd", loss="mse")
-meter = Throughput(BATCH, verbose=False)
-flow = ImageDataGenerator().flow(x, y, batch_size=BATCH, seed=0)
-fit_generator(mirrored, flow, steps_per_epoch=9, epochs=3, verbose=0, callbacks=[meter])
-out["mirrored"] = [e["steps"] for e in meter.epochs]
-print(json.dumps(out))
-"""
-
-
-def test_towers_fit_generator_trains_steps_per_epoch_batches():
-    result = run_python(TOWERS)
+def test_towers_fit_generator_trains_steps_per_epoch_batches(run_once):
+    result = run_once("towers", background("towers"))["fit_generator"]
     assert result["towers"] == ["/device:CPU:0", "/device:CPU:1"]
     assert {k: result[k] for k in ("5", "7", "9")} == {"5": [5, 5, 5], "7": [7, 7, 7], "9": [9, 9, 9]}
     assert result["mirrored"] == [9, 9, 9]
