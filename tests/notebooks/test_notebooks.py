@@ -1,22 +1,25 @@
 """Execute every notebook of the series with tiny parameters and check the values it records.
 
-One kernel per notebook (device set-up is once per process). Every notebook runs
-twice: on the real data (CI: ../shared/data), and offline with no data at all, on
-the labelled synthetic stand-in. Notebooks 07 and 10, which kill and resume
-training, do both in place (cwd notebooks/, as JupyterLab does), one after the
-other: the second run, on other data, must start from scratch rather than resume
-the first run's checkpoints, show the same demonstration, and leave the tree
-clean. Every executed notebook is scanned for noise the lesson does not print.
-Each notebook has a check function below: a new notebook without one fails
-`test_every_notebook_has_checks`.
+Each lesson runs twice in ONE kernel, as a learner does who runs it, then runs it
+again from the top: first offline with no data at all (the labelled synthetic
+stand-in), then with ``DATA_PATH`` pointing at the real data (CI: ../shared/data),
+which the notebook must pass on to the child processes it starts. The second run
+must not reuse the first's leftovers (07 and 10 would otherwise resume checkpoints
+of a model trained on other data). Notebooks 07 and 10 run in place (cwd
+notebooks/, as JupyterLab does) and must leave the tree clean. Every worked
+solution runs once on the real data in a fresh kernel. Every executed notebook is
+scanned for noise the lesson does not print. Each notebook has a check function
+below: a new notebook without one fails `test_every_notebook_has_checks`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import papermill
@@ -28,11 +31,11 @@ from tests.conftest import ROOT
 from tests.notebooks.noise import noise_in
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
-IN_PLACE = ["07_save_and_restore", "10_multi_worker"]  # both their runs: test_runs_again_in_place
-ELSEWHERE = [nb for nb in NOTEBOOKS if nb.stem not in IN_PLACE]
+IN_PLACE = ["07_save_and_restore", "10_multi_worker"]
 # Worked solutions to the exercises: run once, on the real data, at the same tiny sizes.
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*_solutions.ipynb"))
-ON_REAL_DATA = ELSEWHERE + SOLUTIONS
+# The kernels' own start-up lines ("Kernel is running over TCP ...") are not the test's output.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 TINY = {
     "N_DEVICES": 2,
     "N_WORKERS": 2,
@@ -86,10 +89,24 @@ def tiny_parameters(notebook: Path) -> dict:
     return {name: value for name, value in wanted.items() if name in defaults}
 
 
-def execute(notebook: Path, output: Path, parameters: dict, cwd: Path) -> dict:
+@contextlib.contextmanager
+def kernel(cwd: Path) -> Iterator[object]:
+    """One kernel in `cwd`, with this process's environment, for one or more runs."""
+    from jupyter_client.manager import KernelManager
+
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(cwd), extra_arguments=KERNEL_ARGUMENTS)
+    try:
+        yield manager
+    finally:
+        manager.shutdown_kernel()
+
+
+def execute(notebook: Path, output: Path, parameters: dict, cwd: Path, km: object | None = None) -> dict:
+    """Run `notebook` (in kernel `km`, else a fresh one); its records, once its outputs are clean."""
     papermill.execute_notebook(
-        str(notebook), str(output), parameters=parameters, kernel_name="python3", cwd=str(cwd),
-        progress_bar=False,
+        str(notebook), str(output), parameters=parameters, kernel_name="python3", language="python",
+        cwd=str(cwd), progress_bar=False, km=km, extra_arguments=KERNEL_ARGUMENTS,
     )  # fmt: skip
     noise = noise_in(output)
     assert not noise, f"{notebook.name} printed what the lesson does not:\n" + "\n".join(noise[:20])
@@ -105,12 +122,9 @@ def git_status() -> str:
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
 
 
-@pytest.mark.notebook
-@pytest.mark.parametrize("notebook", ON_REAL_DATA, ids=[nb.stem for nb in ON_REAL_DATA])
-def test_notebook_on_real_data(notebook, tmp_path):
-    parameters = tiny_parameters(notebook)
-    records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
-    check(notebook, records, parameters)
+def real_data() -> Path | None:
+    value = os.environ.get("MGTUTOR_DATA_DIR")
+    return Path(value) if value and Path(value).is_dir() else None
 
 
 def check_offline(notebook: Path, records: dict, output: Path) -> None:
@@ -120,38 +134,42 @@ def check_offline(notebook: Path, records: dict, output: Path) -> None:
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("notebook", ELSEWHERE, ids=[nb.stem for nb in ELSEWHERE])
-def test_notebook_offline_with_no_data(notebook, tmp_path, isolated_sources):
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypatch):
+    data = real_data()  # looked up before the kernel's environment loses it
+    in_place = notebook.stem in IN_PLACE
+    cwd = notebook.parent if in_place else tmp_path
+    before = git_status() if in_place else ""
     parameters = tiny_parameters(notebook)
-    records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
-    check(notebook, records, parameters)
-    check_offline(notebook, records, tmp_path / notebook.name)
+    home = tmp_path / "keras_home"
+    home.mkdir()
+    monkeypatch.setenv("KERAS_HOME", str(home))  # no data anywhere: empty Keras cache, offline
+    monkeypatch.delenv("MGTUTOR_DATA_DIR", raising=False)
+    monkeypatch.setenv("MGTUTOR_OFFLINE", "1")
+    with kernel(cwd) as km:
+        records = execute(notebook, tmp_path / "offline.ipynb", parameters, cwd, km)
+        check(notebook, records, parameters)
+        check_offline(notebook, records, tmp_path / "offline.ipynb")
+        # From the top again, in the same kernel, with the data found at last.
+        findable = data is not None and "DATA_PATH" in notebook_parameters(notebook)
+        again = {**parameters, "DATA_PATH": str(data)} if findable else parameters
+        records = execute(notebook, tmp_path / "again.ipynb", again, cwd, km)
+        check(notebook, records, again)
+        if "DATA_PATH" in again:
+            assert records["synthetic"] is False, "DATA_PATH names the real data"
+    if in_place:
+        assert git_status() == before, "a notebook run left files git sees"
+        lint = subprocess.run([sys.executable, "-m", "ruff", "check", "notebooks"], cwd=ROOT,
+                              capture_output=True, text=True)  # fmt: skip
+        assert lint.returncode == 0, lint.stdout
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("stem", IN_PLACE)
-def test_runs_again_in_place(stem, tmp_path, monkeypatch):
-    # As a learner does in JupyterLab: cwd notebooks/, run it, then run it again from the top. The
-    # first run is offline with no data at all, the second on the real data: leftovers of the first
-    # (checkpoints of a model trained on other data) must not be resumed.
-    notebook = ROOT / "notebooks" / f"{stem}.ipynb"
-    before = git_status()
+@pytest.mark.parametrize("notebook", SOLUTIONS, ids=[nb.stem for nb in SOLUTIONS])
+def test_solution_on_real_data(notebook, tmp_path):
     parameters = tiny_parameters(notebook)
-    with monkeypatch.context() as offline:
-        home = tmp_path / "keras_home"
-        home.mkdir()
-        offline.setenv("KERAS_HOME", str(home))
-        offline.delenv("MGTUTOR_DATA_DIR", raising=False)
-        offline.setenv("MGTUTOR_OFFLINE", "1")
-        records = execute(notebook, tmp_path / "first.ipynb", parameters, cwd=notebook.parent)
-        check(notebook, records, parameters)
-        check_offline(notebook, records, tmp_path / "first.ipynb")
-    records = execute(notebook, tmp_path / "second.ipynb", parameters, cwd=notebook.parent)
-    check(notebook, records, parameters)  # kills and resumes again, from scratch
-    assert git_status() == before, "a notebook run left files git sees"
-    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "notebooks"], cwd=ROOT, capture_output=True,
-                          text=True)  # fmt: skip
-    assert lint.returncode == 0, lint.stdout
+    records = execute(notebook, tmp_path / notebook.name, parameters, cwd=tmp_path)
+    check(notebook, records, parameters)
 
 
 def test_every_notebook_has_checks():
