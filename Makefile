@@ -66,7 +66,7 @@ check: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.preflight $(CHECK_ARGS)
 
 test: setup
-	$(BIN)/python -m pytest -n 2 $(TEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal $(TEST_ARGS)
 
 # The notebooks ask for the kernel "python3"; Jupyter starts it with the server's own Python, the venv's.
 # Jupyter refuses to run as root (classroom containers often do) unless told it may.
