@@ -1,7 +1,7 @@
 """The localhost launcher, and multi-worker training through it.
 
-Launcher behaviour is tested with plain Python workers (no TensorFlow, well
-under a second each). Two tests start TensorFlow workers running
+Launcher behaviour is tested with ``plain_worker.py`` (plain Python, no
+TensorFlow, well under a second each). Two tests start TensorFlow workers running
 ``multiworker_job.py`` (a tiny CNN with BatchNormalization, whose per-worker
 statistics `Trainer` averages across the workers): two workers train to the
 weights of one process with two replicas, and a job whose worker is killed
@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -27,17 +26,11 @@ from mgtutor.processes import RESULT_MARK, parse_result
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "unit" / "multiworker_job.py"
+PLAIN = ROOT / "tests" / "unit" / "plain_worker.py"  # launcher tests: no TensorFlow
 # 2 workers x 1 replica against 1 process x 2 replicas: the same slices and the same sum of two
 # gradients; each worker's BatchNormalization statistics come from its own slice until Trainer
 # averages them. Measured 1.2e-7; the margin allows for other CPUs' kernels.
 REPLICA_TOLERANCE = 1e-6
-
-
-def _script(folder: Path, body: str) -> Path:
-    path = folder / "worker.py"
-    header = "import json, os, sys, time\nINDEX = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
-    path.write_text(header + textwrap.dedent(body))
-    return path
 
 
 def _alive(pid: int) -> bool:
@@ -72,17 +65,16 @@ def test_free_ports_are_distinct_and_bindable_on_localhost():
 
 
 def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
-    script = _script(tmp_path, "pass\n")
     cases = [
-        (dict(command=script, n_workers=0), ValueError, "n_workers must be a whole number >= 1"),
-        (dict(command=script, timeout=0), ValueError, "timeout must be a number of seconds > 0"),
-        (dict(command=script, timeout=float("inf")), ValueError, "timeout must be"),
+        (dict(command=PLAIN, n_workers=0), ValueError, "n_workers must be a whole number >= 1"),
+        (dict(command=PLAIN, timeout=0), ValueError, "timeout must be a number of seconds > 0"),
+        (dict(command=PLAIN, timeout=float("inf")), ValueError, "timeout must be"),
         (dict(command=tmp_path / "missing.py"), FileNotFoundError, "no worker script"),
-        (dict(command=script, kill_worker=1), ValueError, "kill_worker and kill_when go together"),
-        (dict(command=script, kill_worker=2, kill_when="x"), ValueError, "kill_worker must be a worker"),
-        (dict(command=script, kill_worker=0, kill_when="("), ValueError, "not a valid regular expression"),
-        (dict(command=script, env={"A": 1}), TypeError, "env must be a dict of str -> str"),
-        (dict(command=script, args="--epochs 2"), TypeError, "args must be a list"),
+        (dict(command=PLAIN, kill_worker=1), ValueError, "kill_worker and kill_when go together"),
+        (dict(command=PLAIN, kill_worker=2, kill_when="x"), ValueError, "kill_worker must be a worker"),
+        (dict(command=PLAIN, kill_worker=0, kill_when="("), ValueError, "not a valid regular expression"),
+        (dict(command=PLAIN, env={"A": 1}), TypeError, "env must be a dict of str -> str"),
+        (dict(command=PLAIN, args="--epochs 2"), TypeError, "args must be a list"),
         (dict(command=[]), TypeError, "command must be a script path or a non-empty argv list"),
     ]
     for kwargs, error, message in cases:
@@ -93,18 +85,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
 # --------------------------------------------------------------------------- launcher, plain workers
 
 
-def test_streams_prefixed_output_and_collects_each_result(tmp_path, capsys):
-    script = _script(
-        tmp_path,
-        """
-        from mgtutor.worker import report_result
-        print("I0000 00:00:1795328799.588791     479 cudart_stub.cc:31] Could not find cuda drivers")
-        print(f"hello from {INDEX}")
-        report_result({"index": INDEX, "tf_config": json.loads(os.environ["TF_CONFIG"]),
-                       "args": sys.argv[1:], "extra": os.environ["EXTRA"]})
-        """,
-    )
-    result = launch(script, 3, args=["--epochs", 2], env={"EXTRA": "yes"}, timeout=60, cwd=ROOT)
+def test_streams_prefixed_output_and_collects_each_result(capsys):
+    result = launch(PLAIN, 3, args=["echo", "--epochs", 2], env={"EXTRA": "yes"}, timeout=60, cwd=ROOT)
 
     assert result.ok and result.returncodes == [0, 0, 0] and not result.timed_out
     printed = capsys.readouterr().out
@@ -123,24 +105,8 @@ def test_streams_prefixed_output_and_collects_each_result(tmp_path, capsys):
 
 
 def test_a_failing_worker_stops_the_others_and_leaves_no_process(tmp_path):
-    script = _script(
-        tmp_path,
-        """
-        import subprocess
-        if INDEX == 1:
-            while not os.path.exists(sys.argv[1]):  # fail once worker 0 has a child of its own
-                time.sleep(0.01)
-            print("worker 1 gives up", flush=True)
-            sys.exit(3)
-        child = subprocess.Popen(["sleep", "60"])  # a grandchild: the process-group kill reaches it
-        with open(sys.argv[1] + ".tmp", "w") as handle:
-            handle.write(str(child.pid))
-        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-        time.sleep(60)
-        """,
-    )
     marker = tmp_path / "grandchild.pid"
-    result = launch(script, 2, args=[marker], timeout=60, stream=False)
+    result = launch(PLAIN, 2, args=["fail_once_0_has_a_child", marker], timeout=60, stream=False)
 
     assert not result.ok and result.returncodes[1] == 3
     assert result.workers[0].returncode == -9 and result.workers[0].stopped_by_launcher
@@ -153,36 +119,28 @@ def test_a_failing_worker_stops_the_others_and_leaves_no_process(tmp_path):
     assert caught.value.result is result
 
 
-def test_a_timeout_kills_every_worker(tmp_path):
-    script = _script(tmp_path, "print('working', flush=True)\ntime.sleep(60)\n")
+def test_a_timeout_kills_every_worker():
     with pytest.raises(ClusterError, match="timeout after 1 s") as caught:
-        launch(script, 2, timeout=1, stream=False, check=True)
+        launch(PLAIN, 2, args=["sleep"], timeout=1, stream=False, check=True)
     result = caught.value.result
     assert result.timed_out and result.returncodes == [-9, -9]
     assert all(worker.stopped_by_launcher for worker in result.workers)
     _assert_nothing_left(result)
 
 
-def test_kill_when_kills_the_named_worker_once_the_line_appears(tmp_path):
-    script = _script(
-        tmp_path,
-        """
-        if INDEX == 0:
-            print("checkpoint saved: step 4", flush=True)
-        time.sleep(60)
-        """,
-    )
+def test_kill_when_kills_the_named_worker_once_the_line_appears():
     pattern = r"checkpoint saved: step \d"
-    with LocalCluster(script, 2, stream=False, kill_worker=1, kill_when=pattern) as cluster:
+    with LocalCluster(
+        PLAIN, 2, args=["announce_then_sleep"], stream=False, kill_worker=1, kill_when=pattern
+    ) as cluster:
         result = cluster.wait(timeout=60)
     assert result.returncodes == [-9, -9]
     assert result.reason.startswith("worker 1 killed by the launcher (kill_when matched)")
     _assert_nothing_left(result)
 
 
-def test_leaving_the_block_on_ctrl_c_kills_every_worker(tmp_path):
-    script = _script(tmp_path, "time.sleep(60)\n")
-    with pytest.raises(KeyboardInterrupt), LocalCluster(script, 2, stream=False) as cluster:
+def test_leaving_the_block_on_ctrl_c_kills_every_worker():
+    with pytest.raises(KeyboardInterrupt), LocalCluster(PLAIN, 2, args=["sleep"], stream=False) as cluster:
         pids = cluster.pids
         raise KeyboardInterrupt  # what Ctrl-C in a notebook cell raises
     for pid in pids:
