@@ -1,6 +1,10 @@
 """The layers path: `ImageDataGenerator`'s augmentations as Keras 3 layers inside the model (``as_layers``).
 
-How it differs from the NumPy and tf.data paths is in `mgtutor.keras2.augment_tf`'s docstring.
+Keras 3's ``RandomRotation`` then ``RandomTranslation``: two resamplings when both
+are on (a little more blur than Keras 2's one), only the float shift form, and TF's
+fill modes ('nearest' and 'reflect' agree with SciPy; 'wrap' and 'constant' do not).
+Under MirroredStrategy these layers draw the same transforms on every replica (their
+seed state is mirrored); the towers of `multi_gpu_model` call them one after another.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The tf.data path: `ImageDataGenerator`'s augmentations as batched TF ops (``as_dataset``).
 
-Between the paths (each seeded on its own): the tf.data path runs the NumPy
-path's boundary code in TF ops (gathers, coordinates in float64), so the same
-parameters give the same pixels in all four fill modes (to 2e-6). TF's own
-``ImageProjectiveTransformV3`` would not: its 'wrap' repeats with period n, not
-SciPy's n - 1, and its 'constant' blends the edge pixel into ``cval``; nor was
-it faster on a CPU. The layers path uses Keras 3's ``RandomRotation`` then
-``RandomTranslation``: two resamplings when both are on (a little more blur
-than Keras 2's one), only the float shift form, and TF's fill semantics just
-described ('nearest' and 'reflect' agree with SciPy). And under a
-MirroredStrategy, Keras 3's random layers draw the same parameters on every
-replica (their seed state is mirrored): image i of each replica's slice gets the
-same transform, so a global batch holds only per-replica-batch distinct
-transforms. The tf.data path draws for the whole global batch before it is
-split, and the towers of `mgtutor.multi_gpu_model` call the layers one after
-another, so neither has this coupling.
+It runs the NumPy path's boundary code in TF ops, so the same parameters give the
+same pixels in all four fill modes (to 2e-6); TF's ``ImageProjectiveTransformV3``
+would not ('wrap' and 'constant' differ from SciPy) and was not faster on a CPU.
+It draws transforms for the whole global batch before the split, so replicas never
+share them (Keras 3's random layers under MirroredStrategy do: see augment_layers).
 """
 
 from __future__ import annotations
