@@ -7,7 +7,6 @@ efficiency to other device counts.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 
 from mgtutor._checks import check_whole, is_real
@@ -20,11 +19,7 @@ def amdahl_speedup(n_devices: float, parallel_fraction: float) -> float:
     """Amdahl's law: the speed-up on `n_devices` when `parallel_fraction` of the time divides over them."""
     if not is_real(n_devices) or not n_devices >= 1:
         raise ValueError(f"n_devices must be a number >= 1, got {n_devices!r}.")
-    if (
-        isinstance(parallel_fraction, bool)
-        or not isinstance(parallel_fraction, numbers.Real)
-        or not (0 <= parallel_fraction <= 1)
-    ):
+    if not is_real(parallel_fraction) or not 0 <= parallel_fraction <= 1:
         raise ValueError(f"parallel_fraction must lie between 0 and 1, got {parallel_fraction!r}.")
     return 1.0 / ((1 - parallel_fraction) + parallel_fraction / n_devices)
 
@@ -58,7 +53,7 @@ def projected_scaling(
             f"{{1: 63.0, 4: 16.0}}; got {dict(epoch_seconds)!r}."
         )
     (n_ref, ref_s), one_s = next((n, s) for n, s in epoch_seconds.items() if n != 1), epoch_seconds[1]
-    if not all(isinstance(s, numbers.Real) and s > 0 for s in (one_s, ref_s)):
+    if not all(is_real(s) and s > 0 for s in (one_s, ref_s)):
         raise ValueError(f"epoch_seconds must be positive numbers, got {dict(epoch_seconds)!r}.")
     fraction = parallel_fraction(one_s / ref_s, n_ref)
     projection = []

@@ -412,9 +412,7 @@ def _describe(code: int | None) -> str:
 
 
 def _check_timeout(timeout: Any) -> float:
-    if not is_real(timeout) or not (
-        math.isfinite(timeout) and timeout > 0
-    ):
+    if not is_real(timeout) or not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
     return float(timeout)
 
