@@ -6,8 +6,7 @@ TensorFlow fixes its devices once per process, so everything that needs two
 devices runs here: argument errors before any TensorFlow work, parity with
 synchronous training, the averaging schedule and log, optimizer-state
 averaging, the data forms, LeNet on real MNIST (if the data is there). It
-reports its measurements with `report_result`; the
-parent asserts.
+reports its measurements with `report_result`; the parent asserts.
 """
 
 import os

@@ -3,7 +3,7 @@
     python tests/unit/multiworker_job.py --strategy multi-worker ...   # under mgtutor.cluster.launch
     python tests/unit/multiworker_job.py --strategy mirrored --devices 2 ...   # the 1-process reference
 
-It trains a tiny CNN with BatchNormalization on seeded random data (or the seed CNN on CIFAR-10),
+It trains a tiny CNN with BatchNormalization on seeded random data,
 saves its final weights to ``--weights-out`` (``-worker<i>.npz`` appended),
 and reports its history, position and weight digest with `report_result`.
 """
@@ -17,7 +17,6 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("--strategy", choices=("multi-worker", "mirrored", "default"), default="multi-worker")
 parser.add_argument("--devices", type=int, default=2)
-parser.add_argument("--model", choices=("tiny", "tiny_bn", "seed_cnn"), default="tiny_bn")
 parser.add_argument("--samples", type=int, default=192)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--epochs", type=int, default=2)
@@ -40,27 +39,20 @@ else:
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-if args.model.startswith("tiny"):
-    rng = np.random.default_rng(0)
-    x = rng.random((args.samples, 8, 8, 3), dtype=np.float32)
-    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, args.samples)]
-    x_val, y_val = x[:40], y[:40]
-else:
-    data = mgtutor.load_dataset("cifar10").subset(args.samples, 256)
-    (x, y), (x_val, y_val) = data.prepared()
+rng = np.random.default_rng(0)
+x = rng.random((args.samples, 8, 8, 3), dtype=np.float32)
+y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, args.samples)]
+x_val, y_val = x[:40], y[:40]
 
 
 def build() -> keras.Model:
-    if args.model == "seed_cnn":
-        return mgtutor.build_model("seed_cnn", (32, 32, 3), 10, seed=0, dropout=False)
     keras.utils.set_random_seed(0)
-    # tiny_bn: each replica's BatchNormalization statistics, which the trainer averages across workers.
-    batch_norm = [keras.layers.BatchNormalization()] if args.model == "tiny_bn" else []
+    # BatchNormalization: each replica updates its own statistics, which the trainer averages across workers.
     return keras.Sequential(
         [
             keras.Input((8, 8, 3)),
             keras.layers.Conv2D(4, 3, activation="relu"),
-            *batch_norm,
+            keras.layers.BatchNormalization(),
             keras.layers.Flatten(),
             keras.layers.Dense(4, activation="softmax"),
         ]
