@@ -56,14 +56,14 @@ wheelhouse:
 
 run: setup
 	$(if $(NOT_PARAMETERS),$(warning make run: ignoring $(NOT_PARAMETERS): notebook parameters are ALL_CAPS))
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.series --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
 		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
 
 # Preflight for a classroom laptop: versions, a 2-device smoke step, data, ports, disk, memory.
 # Exits non-zero on any FAIL line. CHECK_ARGS="--allow-synthetic" or "--ports 12345 12346".
 CHECK_ARGS ?=
 check: setup
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.preflight $(CHECK_ARGS)
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.preflight $(CHECK_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(TEST_ARGS)

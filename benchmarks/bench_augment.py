@@ -46,7 +46,8 @@ SEED_000 = {"width_shift_range": 0.1, "height_shift_range": 0.1, "horizontal_fli
 
 def _images(samples: int | None) -> tuple[Any, Any, str]:
     """Seed 000's inputs: CIFAR-10 training images as float32 in [0, 1], one-hot labels."""
-    from mgtutor.data import load_dataset, one_hot, scale_images
+    from mgtutor._prepare import one_hot, scale_images
+    from mgtutor.data import load_dataset
 
     data = load_dataset("cifar10")
     if samples is not None and samples < len(data.x_train):
@@ -78,7 +79,7 @@ def run_loaders(samples: int | None, batch_size: int, rounds: int) -> dict[str, 
     import numpy as np
     import tensorflow as tf
 
-    from mgtutor.data import make_dataset
+    from mgtutor._prepare import make_dataset
     from mgtutor.keras2.augment import ImageDataGenerator
 
     x, y, summary = _images(samples)
@@ -126,8 +127,8 @@ def run_training(
     setup_devices(devices, verbose=False)
     import keras
 
-    from mgtutor import parallel
-    from mgtutor.data import make_dataset
+    from mgtutor import data_parallel as parallel
+    from mgtutor._prepare import make_dataset
     from mgtutor.keras2.augment import ImageDataGenerator
     from mgtutor.models import build_seed_cnn
 

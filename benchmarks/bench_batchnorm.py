@@ -41,7 +41,7 @@ def run(devices: int, per_replica: int, samples: int, epochs: int, size: int) ->
     import numpy as np
 
     from mgtutor.batchnorm import average_replica_copies, replica_copy_spread
-    from mgtutor.parallel import global_batch_size, mirrored_strategy
+    from mgtutor.data_parallel import global_batch_size, mirrored_strategy
 
     strategy = mirrored_strategy()
     batch = global_batch_size(per_replica, strategy)

@@ -38,8 +38,9 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
     setup_devices(n, verbose=False)
     import keras
 
-    from mgtutor import parallel
-    from mgtutor.data import load_dataset, make_dataset, one_hot, scale_images
+    from mgtutor import data_parallel as parallel
+    from mgtutor._prepare import make_dataset, one_hot, scale_images
+    from mgtutor.data import load_dataset
     from mgtutor.keras2.towers import multi_gpu_model
     from mgtutor.progress import Throughput
 

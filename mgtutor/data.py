@@ -3,7 +3,7 @@
 Looked for in this order: the ``path`` argument, ``MGTUTOR_DATA_DIR``, the Keras cache
 (``$KERAS_HOME/datasets``), then the Keras download unless ``MGTUTOR_OFFLINE`` is set. Failing
 all, the notebooks get a labelled synthetic stand-in; asked for real data only, `DataError`
-lists what was tried. ``python -m mgtutor.data`` runs the classroom data kit (`mgtutor.datakit`).
+lists what was tried. The classroom data kit (downloads, checksums) is `mgtutor.classroom.datakit`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from mgtutor._checks import check_whole
-from mgtutor._prepare import class_counts, make_dataset, one_hot, scale_images, take_subset  # noqa: F401
+from mgtutor._prepare import one_hot, scale_images, take_subset
 
 DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
 OFFLINE_ENV = "MGTUTOR_OFFLINE"
@@ -459,8 +459,3 @@ def load_dataset(
         )
         return synthetic_dataset(image_shape=shape, seed=seed)
 
-
-if __name__ == "__main__":  # python -m mgtutor.data download --to DIR / verify --in DIR
-    from mgtutor.datakit import main
-
-    sys.exit(main())

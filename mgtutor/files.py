@@ -20,6 +20,11 @@ from mgtutor._system import pid_alive
 _TEMP_MARK = ".tmp-"
 
 
+class ModelFileError(ValueError):
+    """A saved file (a model, a training state) exists but cannot be read: truncated, corrupt, or not
+    what its name says."""
+
+
 def _split_name(name: str, ext: str) -> str:
     return name[: -len(ext)] if ext and name.endswith(ext) else name
 

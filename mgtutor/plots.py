@@ -1,4 +1,4 @@
-"""The figures the notebooks share: image grids, class balance, learning curves.
+"""The figures the notebooks share: image grids, learning curves, a scaling study's reading.
 
 Each function returns its matplotlib Figure (the notebook shows it inline), so a
 learner can also save it with ``fig.savefig(...)``.
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from mgtutor._checks import check_whole
-from mgtutor.scaling import read_scaling, with_speedups
+from mgtutor.speed.reading import read_scaling, with_speedups
 
 
 def _pyplot():
@@ -55,21 +55,6 @@ def show_images(
             axis.set_title(class_names[label] if class_names else str(label), fontsize=8)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def plot_class_counts(counts: Sequence[int], class_names: Sequence[str], *, title: str = ""):
-    """A bar chart of examples per class, with the perfectly balanced level dashed."""
-    plt = _pyplot()
-    counts = np.asarray(counts)
-    fig, axis = plt.subplots(figsize=(7, 3))
-    axis.bar(range(len(counts)), counts, color="tab:blue")
-    axis.axhline(counts.mean(), color="black", linestyle="--", linewidth=1, label="balanced")
-    axis.set_xticks(range(len(counts)), class_names, rotation=45, ha="right")
-    axis.set_ylabel("examples")
-    axis.set_title(title or "examples per class")
-    axis.legend()
     fig.tight_layout()
     return fig
 
@@ -131,7 +116,7 @@ def plot_against_baseline(
 def plot_scaling(results: Any, *, title: str = ""):
     """A scaling study's two panels: images/s vs devices with the ideal line, and efficiency.
 
-    `results` is what `mgtutor.bench.scaling_study` returns (or its saved JSON),
+    `results` is what `mgtutor.speed.study.scaling_study` returns (or its saved JSON),
     or just its list of runs. Per pipeline, the dashed line is the ideal: the
     run on the fewest devices scaled linearly. On logical devices, which share
     the same hardware, the ideal there is flat, and the title says so.

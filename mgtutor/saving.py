@@ -13,17 +13,13 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from mgtutor.files import atomic_write
+from mgtutor.files import ModelFileError, atomic_write
 
 # Extension -> what is written. ".weights.h5" must be matched before ".h5".
 KERAS_EXT = ".keras"
 WEIGHTS_EXT = ".weights.h5"
 LEGACY_EXTS = (".h5", ".hdf5")
 SAVEDMODEL_FILE = "saved_model.pb"
-
-
-class ModelFileError(ValueError):
-    """A model file exists but cannot be read: truncated, corrupt, or not what its name says."""
 
 
 # --------------------------------------------------------------------------- checks

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgtutor._checks import is_whole
-from mgtutor.parallel import requested_count, resolve_devices
+from mgtutor.data_parallel import requested_count, resolve_devices
 
 # --------------------------------------------------------------------------- splitting
 

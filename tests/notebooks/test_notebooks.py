@@ -25,8 +25,8 @@ from pathlib import Path
 import papermill
 import pytest
 
+from mgtutor.classroom.runner import find_notebooks, notebook_parameters
 from mgtutor.records import read_records
-from mgtutor.series import find_notebooks, notebook_parameters
 from tests.conftest import ROOT
 from tests.notebooks.noise import noise_in
 

@@ -37,7 +37,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mgtutor import models, parallel  # noqa: E402
+from mgtutor import data_parallel as parallel  # noqa: E402
+from mgtutor import models  # noqa: E402
 from mgtutor.batchnorm import (  # noqa: E402
     AverageReplicaCopies,
     average_replica_copies,
@@ -46,9 +47,9 @@ from mgtutor.batchnorm import (  # noqa: E402
 )
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
 from mgtutor.processes import report_result  # noqa: E402
-from mgtutor.resume import resumable_fit  # noqa: E402
 from mgtutor.saving import export_for_serving, load_model, save_model  # noqa: E402
-from mgtutor.trainer import Trainer  # noqa: E402
+from mgtutor.training.resume import resumable_fit  # noqa: E402
+from mgtutor.training.trainer import Trainer  # noqa: E402
 
 last = time.perf_counter()
 strategy = parallel.mirrored_strategy() if DEVICES > 1 else None

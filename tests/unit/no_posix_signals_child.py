@@ -7,7 +7,7 @@ import signal
 del signal.SIGKILL
 del os.killpg
 
-import mgtutor.cluster  # noqa: E402,F401
+import mgtutor.training.cluster  # noqa: E402,F401
 from mgtutor._proctree import hard_kill_signal  # noqa: E402
 from mgtutor.processes import report_result  # noqa: E402
 

@@ -14,9 +14,10 @@ import io
 import os
 import sys
 
-# Importing these must leave TensorFlow unstarted, else setup_devices raises.
-import mgtutor.resume as resume
 import mgtutor.saving as saving
+
+# Importing these must leave TensorFlow unstarted, else setup_devices raises.
+import mgtutor.training.resume as resume
 from mgtutor.devices import setup_devices
 
 FOLDER = sys.argv[1]
@@ -26,9 +27,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from mgtutor.data_parallel import mirrored_strategy  # noqa: E402
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
-from mgtutor.parallel import mirrored_strategy  # noqa: E402
 from mgtutor.processes import report_result  # noqa: E402
 
 inputs = np.load(os.path.join(FOLDER, "inputs.npz"))

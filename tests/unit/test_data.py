@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgtutor import _prepare as prepare
 from mgtutor import data
 
 PER_BATCH = 7  # the official layout with any number of images per batch
@@ -304,7 +305,7 @@ def test_synthetic_is_deterministic_and_balanced():
     other = data.synthetic_dataset(200, 50, seed=4)
     np.testing.assert_array_equal(first.x_train, again.x_train)
     assert not np.array_equal(first.x_train, other.x_train)
-    counts = data.class_counts(np.concatenate([first.y_train, first.y_test]), 10)
+    counts = prepare.class_counts(np.concatenate([first.y_train, first.y_test]), 10)
     assert counts.tolist() == [25] * 10
     assert first.x_train.dtype == np.uint8 and first.synthetic
 
@@ -322,16 +323,16 @@ def test_synthetic_classes_differ_more_between_than_within():
 def test_subset_is_balanced_reproducible_and_validated():
     x = np.arange(1000)
     y = np.repeat(np.arange(10), 100)[:, None]
-    xs, ys = data.take_subset(x, y, 53, seed=1)
-    counts = data.class_counts(ys, 10)
+    xs, ys = prepare.take_subset(x, y, 53, seed=1)
+    counts = prepare.class_counts(ys, 10)
     assert counts.sum() == 53 and counts.max() - counts.min() <= 1
-    np.testing.assert_array_equal(xs, data.take_subset(x, y, 53, seed=1)[0])
-    assert not np.array_equal(xs, data.take_subset(x, y, 53, seed=2)[0])
+    np.testing.assert_array_equal(xs, prepare.take_subset(x, y, 53, seed=1)[0])
+    assert not np.array_equal(xs, prepare.take_subset(x, y, 53, seed=2)[0])
     np.testing.assert_array_equal(y[xs], ys)  # images stay with their labels
     with pytest.raises(ValueError, match="train_samples=2000 but only 1000"):
-        data.take_subset(x, y, 2000, parameter="train_samples")
+        prepare.take_subset(x, y, 2000, parameter="train_samples")
     with pytest.raises(ValueError, match="n must be a whole number"):
-        data.take_subset(x, y, 0)
+        prepare.take_subset(x, y, 0)
 
 
 def test_dataset_subset_keeps_metadata():
@@ -344,36 +345,36 @@ def test_scale_and_one_hot_match_keras():
     import keras
 
     pixels = np.array([[0, 128, 255]], dtype=np.uint8)
-    scaled = data.scale_images(pixels)
+    scaled = prepare.scale_images(pixels)
     assert scaled.dtype == np.float32
     np.testing.assert_allclose(scaled, [[0.0, 128 / 255, 1.0]], rtol=1e-7)
     labels = np.array([[3], [0], [9]])
-    np.testing.assert_array_equal(data.one_hot(labels, 10), keras.utils.to_categorical(labels, 10))
+    np.testing.assert_array_equal(prepare.one_hot(labels, 10), keras.utils.to_categorical(labels, 10))
     with pytest.raises(ValueError, match="Check num_classes"):
-        data.one_hot(labels, 5)
+        prepare.one_hot(labels, 5)
 
 
 def test_make_dataset_batches_globally():
     x = np.zeros((70, 4, 4, 3), np.float32)
     y = np.arange(70)
-    batches = [b[1].numpy() for b in data.make_dataset(x, y, 32, seed=0)]
+    batches = [b[1].numpy() for b in prepare.make_dataset(x, y, 32, seed=0)]
     assert [len(b) for b in batches] == [32, 32, 6]
     assert sorted(np.concatenate(batches).tolist()) == list(range(70))
-    again = [b[1].numpy() for b in data.make_dataset(x, y, 32, seed=0)]
+    again = [b[1].numpy() for b in prepare.make_dataset(x, y, 32, seed=0)]
     np.testing.assert_array_equal(np.concatenate(batches), np.concatenate(again))
-    dropped = list(data.make_dataset(x, y, 32, shuffle=False, drop_remainder=True))
+    dropped = list(prepare.make_dataset(x, y, 32, shuffle=False, drop_remainder=True))
     assert len(dropped) == 2
     with pytest.raises(ValueError, match="batch_size must be"):
-        data.make_dataset(x, y, 0)
+        prepare.make_dataset(x, y, 0)
     with pytest.raises(ValueError, match="x and y differ"):
-        data.make_dataset(x, y[:5], 8)
+        prepare.make_dataset(x, y[:5], 8)
 
 
 def test_prepared_scales_and_one_hots_both_splits():
     dataset = data.synthetic_dataset(20, 10, seed=0)
     (x_train, y_train), (x_test, y_test) = dataset.prepared()
-    np.testing.assert_array_equal(x_train, data.scale_images(dataset.x_train))
-    np.testing.assert_array_equal(y_test, data.one_hot(dataset.y_test, 10))
+    np.testing.assert_array_equal(x_train, prepare.scale_images(dataset.x_train))
+    np.testing.assert_array_equal(y_test, prepare.one_hot(dataset.y_test, 10))
     assert x_test.dtype == np.float32 and y_train.shape == (20, 10)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mgtutor import _prepare as prepare
 from mgtutor import data, models
 from tests.conftest import ROOT, run_child
 
@@ -238,8 +239,8 @@ def test_seed_cnn_learns_the_synthetic_patterns_in_three_epochs():
     import keras
 
     dataset = data.synthetic_dataset(train_samples=300, test_samples=100, seed=0)
-    x_train, x_test = data.scale_images(dataset.x_train), data.scale_images(dataset.x_test)
-    y_train, y_test = data.one_hot(dataset.y_train, 10), data.one_hot(dataset.y_test, 10)
+    x_train, x_test = prepare.scale_images(dataset.x_train), prepare.scale_images(dataset.x_test)
+    y_train, y_test = prepare.one_hot(dataset.y_train, 10), prepare.one_hot(dataset.y_test, 10)
     model = models.build_seed_cnn(seed=0, dropout=False)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3), loss="categorical_crossentropy", metrics=["accuracy"]

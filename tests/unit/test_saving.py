@@ -5,7 +5,7 @@ simulated devices runs in a child process (saving_four_devices_child.py): a
 model is saved in one process and loaded in another with a different device
 count. The crash test really kills a process (SIGKILL, killed_save_child.py)
 in the middle of writing a .keras file. Bad inputs are checked in this
-process. The resume tests (mgtutor.resume) are in test_resume.py.
+process. The resume tests (mgtutor.training.resume) are in test_resume.py.
 """
 
 from __future__ import annotations

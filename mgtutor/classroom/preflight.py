@@ -1,0 +1,212 @@
+"""`make check`: will this laptop run the series? A checklist, each line ok or FAIL with the fix.
+
+    python -m mgtutor.classroom.preflight [--allow-synthetic] [--ports 12345 12346] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+# (package, first bad version, last bad version, why): versions the series is known to fail on.
+KNOWN_BAD = (
+    ("keras", (3, 7), (3, 10), "MirroredStrategy regressions in Keras 3.7-3.10 (keras#21061, keras#20611)"),
+    ("keras", (0, 0), (2, 99), "Keras 2 lacks the Keras 3 API the series teaches"),
+    ("tensorflow", (0, 0), (2, 20), "the series is written and measured on TensorFlow 2.21"),
+)
+PARITY_TOLERANCE = 1e-4  # measured 1e-7 to 1e-8 on a healthy set-up
+NEEDED_MEMORY_GB = 4.0  # the series' peak, kernel and children (README)
+NEEDED_DISK_GB = 2.0
+SMOKE_TIMEOUT = 75.0
+SMOKE = "2-device smoke step"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    warning: bool = False  # shown, not counted as a failure
+
+
+def _version(package: str) -> tuple[int, ...] | None:
+    try:
+        text = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
+def check_versions(versions: dict[str, tuple[int, ...] | None], python: tuple[int, int]) -> list[Check]:
+    """Python, TensorFlow and Keras against `KNOWN_BAD`; `versions` maps package -> (major, minor)."""
+    checks = [Check("python", python >= (3, 10), f"Python {python[0]}.{python[1]}",
+                    "install Python 3.10 or newer, then make clean setup")]  # fmt: skip
+    for package in ("tensorflow", "keras"):
+        found = versions.get(package)
+        if found is None:
+            checks.append(Check(package, False, "not installed", "make setup"))
+            continue
+        shown = ".".join(map(str, found))
+        bad = [why for name, low, high, why in KNOWN_BAD if name == package and low <= found[:2] <= high]
+        fix = 'make clean setup (pyproject.toml pins "tensorflow>=2.21,<2.22" and "keras>=3.11")'
+        checks.append(Check(package, not bad, f"{package} {shown}" + (f": {bad[0]}" if bad else ""), fix))
+    return checks
+
+
+def check_smoke() -> Check:
+    """The 2-device smoke step in a child process (logical devices are fixed once per process)."""
+    from mgtutor.processes import parse_result
+
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mgtutor.classroom.preflight_smoke"], capture_output=True, text=True,
+            timeout=SMOKE_TIMEOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return Check(SMOKE, False, f"no answer in {SMOKE_TIMEOUT:.0f} s",
+                     "close other programs; run python -m mgtutor.classroom.preflight_smoke to see where it "
+                     "hangs")
+    result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
+    if done.returncode != 0 or result is None:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return Check(SMOKE, False, f"failed: {tail}", "make clean setup; then make check again")
+    seconds = time.perf_counter() - started
+    good = result["difference"] <= PARITY_TOLERANCE and not result["nan"]
+    nan = ", NaN in the weights" if result["nan"] else ""
+    detail = (f"{len(result['devices'])} {result['kind']} devices, 2 vs 1 device max weight difference "
+              f"{result['difference']:.1e}{nan} ({seconds:.0f} s)")  # fmt: skip
+    return Check(SMOKE, good, detail, "reinstall: make clean setup (a broken TensorFlow build)")
+
+
+def check_data(allow_synthetic: bool) -> list[Check]:
+    """Which copy of each data set the notebooks would read, without downloading anything."""
+    from mgtutor.data import DataError, DataNotFoundError, load_dataset
+
+    fix = ("once online: python -m mgtutor.classroom.datakit download --to DIR; copy DIR here; "
+           "set MGTUTOR_DATA_DIR=DIR")
+    checks = []
+    for name in ("cifar10", "mnist"):
+        try:
+            data = load_dataset(name, synthetic_fallback=False, allow_download=False)
+        except DataNotFoundError:
+            detail = "not found; the notebooks would use the labelled synthetic stand-in"
+            checks.append(Check(f"data {name}", False, detail, fix, warning=allow_synthetic))
+        except DataError as err:
+            checks.append(Check(f"data {name}", False, f"damaged: {err}".splitlines()[0], fix))
+        else:
+            checks.append(Check(f"data {name}", True, f"real data, from {data.source}"))
+    return checks
+
+
+def check_ports(ports: Sequence[int]) -> Check:
+    """Notebook 10's workers need localhost ports: the given ones free, or 2 free ones to pick."""
+    taken = []
+    for port in ports:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                taken.append(port)
+    if taken:
+        return Check("ports", False, f"port(s) {', '.join(map(str, taken))} on localhost are taken",
+                     f"see which program holds them (ss -ltnp | grep {taken[0]}, or lsof -i :{taken[0]}) "
+                     "and stop it, or choose other ports")  # fmt: skip
+    from mgtutor.training.cluster import free_ports
+
+    picked = free_ports(2)
+    named = f"{', '.join(map(str, ports))} free" if ports else f"free ports found ({picked[0]}, {picked[1]})"
+    return Check("ports", True, f"localhost: {named}")
+
+
+def check_resources(folder: Path) -> list[Check]:
+    import psutil
+
+    free_disk = shutil.disk_usage(folder).free / 2**30
+    memory = psutil.virtual_memory()
+    total, available = memory.total / 2**30, memory.available / 2**30
+    return [
+        Check("disk", free_disk >= NEEDED_DISK_GB, f"{free_disk:.1f} GB free in {folder}",
+              f"free at least {NEEDED_DISK_GB:.0f} GB (make reset removes the notebooks' working folders)"),
+        Check("memory", available >= NEEDED_MEMORY_GB,
+              f"{available:.1f} GB available of {total:.1f} GB (the series needs {NEEDED_MEMORY_GB:.0f} GB)",
+              "close other programs and notebook kernels (JupyterLab: Kernel > Shut Down All Kernels)"),
+    ]  # fmt: skip
+
+
+def run_checks(
+    *, allow_synthetic: bool = False, ports: Sequence[int] = (), folder: Path | None = None
+) -> list[Check]:
+    """Every check, in checklist order."""
+    versions = {package: _version(package) for package in ("tensorflow", "keras")}
+    checks = check_versions(versions, sys.version_info[:2])
+    checks.append(check_smoke())
+    checks.extend(check_data(allow_synthetic))
+    checks.append(check_ports(ports))
+    checks.extend(check_resources(folder or Path.cwd()))
+    return checks
+
+
+def failed(checks: Sequence[Check]) -> bool:
+    return any(not c.ok and not c.warning for c in checks)
+
+
+def format_checklist(checks: Sequence[Check], colour: bool = False) -> str:
+    marks = {"ok": "\033[32mok\033[0m", "WARN": "\033[33mWARN\033[0m", "FAIL": "\033[31mFAIL\033[0m"}
+    lines = []
+    for check in checks:
+        word = "ok" if check.ok else ("WARN" if check.warning else "FAIL")
+        lines.append(f"{marks[word] if colour else word:>4}  {check.name}: {check.detail}")
+        if not check.ok:
+            lines.append(f"      fix: {check.fix}")
+    return "\n".join(lines)
+
+
+def checklist_html(checks: Sequence[dict]) -> str:
+    """The checklist as an HTML list for the run report (empty when there was none)."""
+    from html import escape
+
+    items = []
+    for check in checks:
+        word = "ok" if check["ok"] else ("warn" if check["warning"] else "fail")
+        fix = "" if check["ok"] else f" — fix: {escape(check['fix'])}"
+        items.append(f'<li class="{word}"><b>{word.upper()}</b> {escape(check["name"])}: '
+                     f"{escape(check['detail'])}{fix}</li>")  # fmt: skip
+    return '<h2>Preflight</h2>\n<ul class="preflight">\n' + "\n".join(items) + "\n</ul>\n" if items else ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mgtutor.classroom.preflight", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--allow-synthetic", action="store_true", help="missing data only warns")
+    parser.add_argument("--ports", type=int, nargs="*", default=[], help="localhost ports that must be free")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    args = parser.parse_args(argv)
+    bad_ports = [p for p in args.ports if not 0 < p < 65536]
+    if bad_ports:
+        parser.error(f"--ports: {bad_ports} are not ports (1-65535)")
+    started = time.perf_counter()
+    checks = run_checks(allow_synthetic=args.allow_synthetic, ports=args.ports)
+    if args.json:
+        print(json.dumps({"ok": not failed(checks), "checks": [asdict(c) for c in checks]}))
+    else:
+        print(format_checklist(checks, colour=sys.stdout.isatty()))
+        verdict = "FAILED: fix the lines marked FAIL" if failed(checks) else "ready"
+        print(f"\npreflight {verdict} ({time.perf_counter() - started:.0f} s)")
+    return 1 if failed(checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""`make run`: every ``NN_topic.ipynb`` executed in order with papermill into ``runs/<timestamp>/``.
+
+Each notebook gets its own kernel; the run keeps ``index.html`` (for a teacher: status,
+parameters, duration, memory, metrics, the preflight checklist) and ``summary.json`` up to date.
+Overrides are checked before anything runs; the first failing notebook stops the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import html
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import quote
+
+from mgtutor._system import machine as _machine
+from mgtutor.files import atomic_write
+from mgtutor.records import MIME_TYPE, read_records
+
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+# Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
+PROGRESS_LINE_SECONDS = 2.0
+# Each kernel: none of its own log lines on the runner's terminal ("Kernel is running over TCP
+# without encryption" at start; at times "KeyboardInterrupt caught in kernel" at the end, as
+# jupyter_client interrupts every kernel it shuts down), and TensorFlow quieted before the
+# notebook's first cell imports it. A notebook's failures still reach the report through papermill.
+KERNEL_ARGUMENTS = (
+    "--IPKernelApp.log_level=CRITICAL",
+    "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
+)
+# A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
+MAX_METRIC_CHARS = 160
+
+OK, FAILED, RUNNING, NOT_RUN = "ok", "failed", "running", "not run"
+
+
+def find_notebooks(folder: str | os.PathLike) -> list[Path]:
+    """The series' notebooks in order (``00_environment.ipynb``, ``01_...``)."""
+    found = sorted(Path(folder).glob(NOTEBOOK_GLOB))
+    if not found:
+        raise FileNotFoundError(f"no notebooks matching {NOTEBOOK_GLOB} in {folder}; pass --notebooks.")
+    return found
+
+
+def notebook_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
+    """The defaults in a notebook's ``parameters`` cell, as Python values."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"{notebook} must have exactly one cell tagged 'parameters', has {len(cells)}.")
+    values: dict[str, Any] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                values[target.id] = ast.literal_eval(node.value)
+    return values
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as a Python literal (``5``, ``0.1``, ``None``), else a string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _same_kind(default: Any, value: Any) -> bool:
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    return isinstance(value, type(default))
+
+
+def _check_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> dict[Path, dict]:
+    known = {name for params in defaults.values() for name in params}
+    for name, value in overrides.items():
+        if name not in known:
+            raise ValueError(
+                f"parameter {name!r} is not in any notebook's parameters cell; known: {sorted(known)}."
+            )
+        for nb, params in defaults.items():
+            if name in params and not _same_kind(params[name], value):
+                raise ValueError(
+                    f"parameter {name}={value!r} does not fit {nb.name}, whose default is "
+                    f"{params[name]!r} ({type(params[name]).__name__}); pass a value of that type."
+                )
+    return {nb: {k: v for k, v in overrides.items() if k in params} for nb, params in defaults.items()}
+
+
+def validate_overrides(overrides: dict[str, Any], notebooks: Sequence[Path]) -> dict[Path, dict]:
+    """Per notebook, the overrides it takes; raises ValueError before any run on a bad one."""
+    return _check_overrides(overrides, {nb: notebook_parameters(nb) for nb in notebooks})
+
+
+def _without_records(nb: Any) -> Any:
+    """`nb` without `record` outputs: nothing to see, but each would leave an empty box in the page."""
+    for cell in nb.cells:
+        if "outputs" in cell:
+            cell.outputs = [
+                out for out in cell.outputs
+                if not (MIME_TYPE in out.get("data", {}) and not "".join(out["data"].get("text/plain", "")))
+            ]  # fmt: skip
+    return nb
+
+
+def render_html(executed: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Render an executed notebook to one HTML file (plots embedded), written atomically."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = _without_records(nbformat.read(executed, as_version=4))
+    body, _ = HTMLExporter(embed_images=True).from_notebook_node(nb)
+    target = Path(target)
+    with atomic_write(target, ".html") as temp:
+        temp.write_text(body, encoding="utf-8")
+    return target
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class _LinePerUpdate:
+    """A file for tqdm that turns its carriage-return redraws into plain lines, for CI logs."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.last = ""
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").strip()
+        if line and line != self.last:
+            self.stream.write(f"    {line}\n")
+            self.last = line
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _progress_bar() -> dict[str, Any]:
+    """papermill's per-cell tqdm options: a live bar on a terminal, occasional lines otherwise."""
+    if sys.stderr.isatty():
+        return {"desc": "    cells", "leave": False, "file": sys.stderr}
+    return {
+        "file": _LinePerUpdate(sys.stdout),
+        "mininterval": PROGRESS_LINE_SECONDS,
+        "delay": PROGRESS_LINE_SECONDS,  # no "0/N" line before anything ran
+        "bar_format": "{n_fmt}/{total_fmt} cells done, {elapsed} in this notebook",
+        "leave": False,
+    }
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _new_run_dir(runs_dir: Path) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for suffix in ["", *(f"-{n}" for n in range(2, 100))]:
+        candidate = runs_dir / f"{stamp}{suffix}"
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue  # two runs started in the same second
+    raise FileExistsError(f"cannot create a new run folder for {stamp} in {runs_dir}.")
+
+
+def run_series(
+    notebooks_dir: str | os.PathLike,
+    runs_dir: str | os.PathLike,
+    overrides: dict[str, Any] | None = None,
+    *,
+    kernel_name: str = "python3",
+    only: Sequence[str] = (),
+    command: str | None = None,
+    preflight: bool = False,
+) -> Path:
+    """Execute the series into a new timestamped folder and return that folder.
+
+    A failing notebook stops the run with ``SystemExit(1)`` after its executed
+    copy, its HTML and the reports are written. `preflight` puts `make check`'s
+    checklist first (a FAIL line is shown, it does not stop the run).
+    """
+    notebooks = find_notebooks(notebooks_dir)
+    if only:
+        notebooks = [nb for nb in notebooks if any(nb.name.startswith(prefix) for prefix in only)]
+        if not notebooks:
+            raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
+    defaults = {nb: notebook_parameters(nb) for nb in notebooks}
+    plan = _check_overrides(overrides or {}, defaults)
+    run_dir = _new_run_dir(Path(runs_dir))
+    report: dict[str, Any] = {
+        "started": datetime.now().isoformat(timespec="seconds"),
+        "status": RUNNING,
+        "command": command or "mgtutor.classroom.runner.run_series(...)",
+        "overrides": dict(overrides or {}),
+        "machine": _machine(),
+        "notebooks": [
+            {"notebook": nb.name, "status": NOT_RUN, "parameters": plan[nb], "defaults": defaults[nb]}
+            for nb in notebooks
+        ],
+    }
+    if preflight:
+        report["preflight"] = _preflight()
+    clock = time.perf_counter()
+    for position, (notebook, entry) in enumerate(zip(notebooks, report["notebooks"], strict=True), start=1):
+        target = run_dir / notebook.name
+        with_overrides = f" with {plan[notebook]}" if plan[notebook] else ""
+        print(f"[{position}/{len(notebooks)}] {notebook.name}{with_overrides}", flush=True)
+        entry["status"] = RUNNING
+        _write_reports(run_dir, report, time.perf_counter() - clock)
+        started = time.perf_counter()
+        try:
+            entry.update(_execute(notebook, target, plan[notebook], kernel_name, run_dir))
+        except KeyboardInterrupt:
+            entry.update(status=FAILED, error="interrupted (Ctrl-C)")
+            report["status"] = FAILED
+            _write_reports(run_dir, report, time.perf_counter() - clock)
+            raise
+        entry["seconds"] = round(time.perf_counter() - started, 1)
+        if target.exists():
+            entry["ipynb"] = target.name
+            entry["records"] = _records_or_empty(target)
+            entry.update(_render_or_warn(target))
+        if entry["status"] != OK:
+            report["status"] = FAILED
+            _write_reports(run_dir, report, time.perf_counter() - clock)
+            _explain_failure(entry, run_dir)
+            raise SystemExit(1)
+        _write_reports(run_dir, report, time.perf_counter() - clock)
+        print(f"    done in {_duration(entry['seconds'])}", flush=True)
+    report["status"] = "complete"
+    _write_reports(run_dir, report, time.perf_counter() - clock)
+    print(f"All {len(notebooks)} notebooks ran in {_duration(time.perf_counter() - clock)}.")
+    print(f"Report: {run_dir / 'index.html'}")
+    return run_dir
+
+
+def _execute(
+    notebook: Path, target: Path, parameters: dict[str, Any], kernel_name: str, run_dir: Path
+) -> dict[str, str]:
+    """Run one notebook with papermill into `target`: {"status": ...}, plus "error" when it failed."""
+    import papermill
+
+    from mgtutor.classroom.memory import ChildMemory
+
+    memory = ChildMemory()
+    try:
+        with memory:
+            papermill.execute_notebook(
+                str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
+                cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
+            )  # fmt: skip
+    except papermill.PapermillExecutionError as err:
+        outcome = {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}
+    except Exception as err:  # a kernel that dies or never starts: still report, then stop
+        outcome = {"status": FAILED, "error": f"{type(err).__name__}: {err}"}
+    else:
+        outcome = {"status": OK}
+    return {**outcome, "peak_rss_mb": round(memory.peak_mb), "end_rss_mb": round(memory.last_mb)}
+
+
+def _records_or_empty(executed: Path) -> dict[str, Any]:
+    try:
+        return read_records(executed)
+    except ValueError as err:  # a notebook cut short mid-write still gets its row in the report
+        print(f"    warning: {err}", file=sys.stderr)
+        return {}
+
+
+def _render_or_warn(executed: Path) -> dict[str, str]:
+    """{"html": name} once rendered; a rendering problem is reported, not allowed to end the run."""
+    try:
+        return {"html": render_html(executed, executed.with_suffix(".html")).name}
+    except Exception as err:
+        problem = f"{type(err).__name__}: {err}"
+        print(f"    warning: could not render {executed.name} to HTML ({problem})", file=sys.stderr)
+        return {}
+
+
+def _explain_failure(entry: dict[str, Any], run_dir: Path) -> None:
+    lines = [f"FAILED {entry['notebook']} after {_duration(entry['seconds'])}: {entry['error']}"]
+    if "ipynb" in entry:
+        lines.append(f"  executed notebook (the error cell is marked): {run_dir / entry['ipynb']}")
+    if "html" in entry:
+        lines.append(f"  rendered: {run_dir / entry['html']}")
+    lines.append(f"  report:   {run_dir / 'index.html'}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _write_reports(run_dir: Path, report: dict[str, Any], elapsed: float) -> None:
+    """summary.json (notebooks that ran) and index.html (all of them), each replaced atomically."""
+    report["seconds"] = round(elapsed, 1)
+    ran = [e for e in report["notebooks"] if e["status"] in (OK, FAILED)]
+    with atomic_write(run_dir / "summary.json", ".json") as temp:
+        temp.write_text(json.dumps({**report, "notebooks": ran}, indent=2))
+    with atomic_write(run_dir / "index.html", ".html") as temp:
+        temp.write_text(index_html(report), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- index.html
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def format_value(value: Any) -> str:
+    """A recorded value as short text: 0.6123, 1,234, [a, b], key: value."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value) or value == 0:
+            return str(value)
+        if 1e-3 <= abs(value) < 1e4:
+            return f"{value:.4g}"
+        return f"{value:,.0f}" if 1e4 <= abs(value) < 1e12 else f"{value:.3e}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {format_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _short_value(value: Any) -> str:
+    text = format_value(value)
+    if len(text) <= MAX_METRIC_CHARS:
+        return text
+    if isinstance(value, list | tuple):
+        return f"(list of {len(value):,} values)"
+    if isinstance(value, dict):
+        return f"(dict of {len(value):,} entries)"
+    return f"({type(value).__name__}, {len(text):,} characters)"
+
+
+_STYLE = """
+.preflight li.ok b { color: #2a7a2a; } .preflight li.warn b { color: #a06000; }
+.preflight li.fail { color: #b00020; }
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; margin-bottom: 0.2em; }
+.machine, .command { color: #444; margin: 0.2em 0; }
+code { background: #f3f3f3; padding: 0 0.2em; }
+table { border-collapse: collapse; margin-top: 1em; width: 100%; }
+th, td { border: 1px solid #ccc; padding: 0.35em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+td.num { text-align: right; white-space: nowrap; }
+ul { margin: 0; padding-left: 1.1em; }
+.status { font-weight: bold; white-space: nowrap; }
+.ok { color: #17692c; } .failed { color: #b00020; } .running { color: #8a5a00; } .not-run { color: #777; }
+.override { background: #fff2a8; font-weight: bold; }
+.default { color: #777; font-weight: normal; }
+.error { color: #b00020; white-space: pre-wrap; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _link(name: str, label: str) -> str:
+    return f'<a href="{_e(quote(name))}">{_e(label)}</a>'
+
+
+def _parameters_cell(entry: dict[str, Any]) -> str:
+    items = []
+    for name, default in entry["defaults"].items():
+        if name in entry["parameters"]:
+            value = entry["parameters"][name]
+            items.append(
+                f'<li class="override" title="overridden; default {_e(repr(default))}">{_e(name)} = '
+                f'{_e(repr(value))} <span class="default">(default {_e(repr(default))})</span></li>'
+            )
+        else:
+            items.append(f"<li>{_e(name)} = {_e(repr(default))}</li>")
+    return f"<ul>{''.join(items)}</ul>"
+
+
+def _metrics_cell(entry: dict[str, Any]) -> str:
+    records = entry.get("records") or {}
+    items = [f"<li>{_e(name)}: {_e(_short_value(value))}</li>" for name, value in records.items()]
+    error = f'<div class="error">{_e(entry["error"])}</div>' if entry.get("error") else ""
+    return error + (f"<ul>{''.join(items)}</ul>" if items else "")
+
+
+def _row(entry: dict[str, Any]) -> str:
+    links = [_link(entry[kind], kind) for kind in ("html", "ipynb") if kind in entry]
+    name = _link(entry["html"], entry["notebook"]) if "html" in entry else _e(entry["notebook"])
+    seconds = _duration(entry["seconds"]) if "seconds" in entry else ""
+    status = entry["status"]
+    return (
+        f'<tr id="{_e(entry["notebook"])}"><td>{name}<br><small>{" · ".join(links)}</small></td>'
+        f'<td class="status {status.replace(" ", "-")}">{_e(status)}</td>'
+        f'<td>{_parameters_cell(entry)}</td><td class="num">{_e(seconds)}</td>'
+        + "".join(f'<td class="num">{_e(entry.get(key, ""))}</td>' for key in ("peak_rss_mb", "end_rss_mb"))
+        + f"<td>{_metrics_cell(entry)}</td></tr>"
+    )
+
+
+def _preflight() -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    from mgtutor.classroom.preflight import format_checklist, run_checks  # TF only in its child
+
+    print("Preflight (make check):", flush=True)
+    checks = run_checks(allow_synthetic=True)  # the series runs on the synthetic stand-in too
+    print(format_checklist(checks, colour=sys.stdout.isatty()), flush=True)
+    return [asdict(check) for check in checks]
+
+
+def index_html(report: dict[str, Any]) -> str:
+    """The run's report page: self-contained (inline CSS, no scripts), every value escaped."""
+    from mgtutor.classroom.preflight import checklist_html
+
+    machine = report["machine"]
+    devices = [
+        f"{e['records']['n_devices']} × {e['records'].get('device_kind', '?')} devices"
+        for e in report["notebooks"]
+        if "n_devices" in e.get("records", {})
+    ][:1]
+    machine_text = ", ".join(
+        [f"{machine['hostname']}", f"{machine['cpu_count']} cores", f"TensorFlow {machine['tensorflow']}",
+         f"Keras {machine['keras']}", f"Python {machine['python']}", *devices]
+    )  # fmt: skip
+    overrides = ", ".join(f"{k} = {v!r}" for k, v in report["overrides"].items()) or "none (defaults)"
+    counts = {s: sum(e["status"] == s for e in report["notebooks"]) for s in (OK, FAILED, NOT_RUN)}
+    rows = "\n".join(_row(entry) for entry in report["notebooks"])
+    started = report["started"].replace("T", " ")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>mgtutor run {_e(report["started"])}: {_e(report["status"])}</title>
+<style>{_STYLE}</style>
+</head>
+<body>
+<h1>mgtutor series run — <span class="status {_e(report["status"])}">{_e(report["status"])}</span></h1>
+<p class="machine">Started {_e(started)} · total {_e(_duration(report["seconds"]))}
+ · {counts[OK]} ok, {counts[FAILED]} failed, {counts[NOT_RUN]} not run</p>
+<p class="machine">Machine: {_e(machine_text)}</p>
+<p class="command">Command: <code>{_e(report["command"])}</code></p>
+<p class="command">Overrides: <code>{_e(overrides)}</code></p>
+{checklist_html(report.get("preflight", []))}<table>
+<thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>
+<th>peak MB</th><th>kernel MB at end</th>
+<th>key metrics</th></tr></thead>
+<tbody>
+{rows}
+</tbody>
+</table>
+<p class="machine">Machine-readable: {_link("summary.json", "summary.json")}</p>
+</body>
+</html>
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--notebooks", default="notebooks", help="folder with NN_topic.ipynb")
+    parser.add_argument("--runs", default="runs", help="where run folders are created")
+    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    parser.add_argument("--only", nargs="*", default=(), help="notebook prefixes, e.g. 00 01")
+    parser.add_argument("--no-preflight", action="store_true", help="skip the make check list at the top")
+    parser.add_argument(
+        "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+        help="override a notebook parameter, e.g. -p EPOCHS 5",
+    )  # fmt: skip
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments)
+    overrides = {name: parse_value(value) for name, value in args.parameter}
+    command = shlex.join(["python", "-m", "mgtutor.classroom.runner", *arguments])
+    try:
+        run_series(args.notebooks, args.runs, overrides, kernel_name=args.kernel, only=args.only,
+                   command=command, preflight=not args.no_preflight)  # fmt: skip
+    except (ValueError, FileNotFoundError) as err:
+        parser.exit(2, f"error: {err}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""The one checkpoint/resume engine, shared by `resumable_fit` (Keras ``fit``) and `Trainer` (custom loop).
+
+A run's state is one file, ``checkpoint_dir/resume-state.npz``, written atomically: every variable
+(model, optimizer, metrics), where the run is (epoch, batch), its History so far and the settings it
+started with. Each epoch's order (`mgtutor.training.feeding.epoch_rows`) is a function of (seed, epoch)
+only, so a restarted process replays exactly the batches that were left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mgtutor.files import ModelFileError, atomic_write
+
+STATE_FILE = "resume-state.npz"
+FORMAT = 1
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def checkpoint_folder(path: Any, name: str = "checkpoint_dir") -> Path:
+    """`path` as a folder we may create and write into, checked before any work."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise TypeError(
+            f"{name} must be a folder path (str or pathlib.Path), got {path!r}; "
+            f"pass e.g. {name}='runs/cifar10'."
+        )
+    folder = Path(os.fspath(path)).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(
+            f"{name} {str(folder)!r} is a file; give a folder (it is created if missing)."
+        )
+    existing = folder
+    while not existing.exists():  # the nearest folder that exists is the one we write into
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"{name} {str(folder)!r}: {str(existing)!r} is not writable by this user. "
+            "Choose a folder you own."
+        )
+    return folder
+
+
+def refuse_backup_and_restore(callbacks: list, fix: str) -> None:
+    """Keras' BackupAndRestore would overwrite the starting epoch this engine restores."""
+    import keras
+
+    if any(isinstance(c, keras.callbacks.BackupAndRestore) for c in callbacks):
+        raise ValueError(
+            f"callbacks: BackupAndRestore would fight the run's own checkpoints (and it only resumes at "
+            f"epoch starts). {fix}"
+        )
+
+
+def fingerprint(arrays: Any, n: int) -> str:
+    """A cheap checksum of up to 64 examples spread over the data, to notice other data on resume."""
+    import keras
+
+    rows = np.unique(np.linspace(0, n - 1, num=min(n, 64)).astype(np.int64))
+    checksum = 0
+    for leaf in keras.tree.flatten(arrays):
+        leaf = np.asarray(leaf)
+        sample = np.ascontiguousarray(leaf[rows])
+        checksum = zlib.crc32(f"{sample.dtype}{leaf.shape}".encode(), checksum)
+        checksum = zlib.crc32(sample.tobytes(), checksum)
+    return f"{checksum:08x}"
+
+
+# --------------------------------------------------------------------------- the state file
+
+
+def new_state(settings: dict, **extra: Any) -> dict:
+    """A fresh run's state: the settings it starts with, at epoch 0, batch 0."""
+    return {"format": FORMAT, "settings": settings, "epoch": 0, "step": 0, "history": [], "stopped": False,
+            **extra}  # fmt: skip
+
+
+def write_state(folder: Path, state: dict, groups: dict[str, list], write: bool = True) -> Path:
+    """Every variable of `groups` and `state` into the state file, atomically.
+
+    The values are read on every worker of a multi-worker job (summed metric
+    variables are read with a collective every worker joins); only the one with
+    `write` writes them.
+    """
+    arrays = {"meta": np.array(json.dumps(state))}
+    for group, variables in groups.items():
+        for i, variable in enumerate(variables):
+            arrays[f"{group}.{i:05d}"] = np.asarray(variable.numpy())
+    path = folder / STATE_FILE
+    if write:
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, ".npz") as temp, open(temp, "wb") as handle:
+            np.savez(handle, **arrays)
+    return path
+
+
+def read_state(folder: Path) -> tuple[dict, dict[str, list[np.ndarray]]] | None:
+    """The state and the saved values by group, or None if `folder` holds no run."""
+    path = folder / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            state = json.loads(str(npz["meta"]))
+            groups: dict[str, list[np.ndarray]] = {}
+            for key in sorted(k for k in npz.files if k != "meta"):
+                groups.setdefault(key.split(".", 1)[0], []).append(npz[key])
+    except (OSError, ValueError, KeyError, EOFError) as err:
+        raise ModelFileError(
+            f"{str(path)!r} cannot be read ({type(err).__name__}: {err}). It is written atomically, so "
+            "something else damaged it. Delete it to start the run over (other files beside it, such as "
+            "epoch-NN.weights.h5, are separate)."
+        ) from err
+    if state.get("format") != FORMAT:
+        raise ModelFileError(
+            f"{str(path)!r} has format {state.get('format')!r}, this mgtutor writes {FORMAT}. "
+            "Delete it to start over, or resume with the mgtutor version that wrote it."
+        )
+    return state, groups
+
+
+def resume_point(checkpoint_dir: str | os.PathLike) -> tuple[int, int] | None:
+    """Where a run in `checkpoint_dir` would resume: (epoch, batches of it done), from 0; None if fresh."""
+    saved = read_state(Path(os.fspath(checkpoint_dir)).expanduser())
+    if saved is None:
+        return None
+    return int(saved[0]["epoch"]), int(saved[0]["step"])
+
+
+def check_same_settings(folder: Path, saved: dict, settings: dict) -> None:
+    """Refuse to resume a run started with other settings, naming each difference."""
+    before = saved.get("settings", {})
+    changed = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
+    if changed:
+        listed = "; ".join(
+            "other x/y values (their checksum differs)"
+            if k == "data"
+            else f"{k}: checkpoint {old!r}, now {new!r}"
+            for k, (old, new) in changed.items()
+        )
+        raise ValueError(
+            f"checkpoint_dir {str(folder)!r} holds a run with other settings ({listed}). Resume with the "
+            "same arguments, or start a new run in another checkpoint_dir (or delete this one)."
+        )
+
+
+def warn_other_replicas(saved: dict, replicas: int, who: str) -> None:
+    if saved.get("replicas", replicas) != replicas:
+        warnings.warn(
+            f"{who}: the checkpoint was written with {saved.get('replicas')} replica(s), this run has "
+            f"{replicas}. Training continues correctly, but the result will not be bit-identical to an "
+            "uninterrupted run.",
+            stacklevel=3,
+        )
+
+
+# --------------------------------------------------------------------------- restoring
+
+
+def check_shapes(variables: list, values: list[np.ndarray], what: str, folder: Path) -> None:
+    """Refuse, before anything is restored, the state of another model (or optimizer, or metrics)."""
+    if len(variables) != len(values):
+        raise ValueError(
+            f"the checkpoint in {str(folder)!r} holds {len(values)} {what} variables but this run has "
+            f"{len(variables)}: it was saved from a different {what}. Build the same model (same builder "
+            "and arguments, optimizer and metrics), or use a fresh checkpoint_dir."
+        )
+    for variable, value in zip(variables, values, strict=True):
+        if tuple(variable.shape) != value.shape:
+            raise ValueError(
+                f"the checkpoint in {str(folder)!r} has {what} variable {getattr(variable, 'path', '?')!r} "
+                f"with shape {value.shape}, this one {tuple(variable.shape)}: it was saved from a different "
+                "model. Build the same model, or use a fresh checkpoint_dir."
+            )
+
+
+def restore(variables: list, values: list[np.ndarray], what: str, folder: Path) -> None:
+    check_shapes(variables, values, what, folder)
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
+
+
+class _Stacked:
+    """The per-replica parts of one variable, saved as one array (replica axis first)."""
+
+    def __init__(self, components: Any) -> None:
+        self.components = components
+        self.shape = (len(components), *components[0].shape)
+
+    def numpy(self) -> np.ndarray:
+        return np.stack([np.asarray(c.numpy()) for c in self.components])
+
+
+def per_replica(variables: list) -> list | None:
+    """Each sync-on-read variable's per-replica parts (metric sums under a strategy), else None."""
+    import tensorflow as tf
+
+    parts = []
+    for variable in variables:
+        value = getattr(variable, "value", None)
+        if not isinstance(value, tf.distribute.DistributedValues) or (
+            value.synchronization != tf.VariableSynchronization.ON_READ
+        ):
+            return None
+        parts.append(_Stacked(value.values))
+    return parts
+
+
+def restore_metrics(variables: list, totals: list, replica_values: list | None, folder: Path) -> bool:
+    """Give the metrics back their sums; False (nothing restored) if they are other metrics."""
+    if [tuple(v.shape) for v in variables] != [t.shape for t in totals]:
+        return False
+    # A sum assigned across replicas is split evenly among them; adding each replica's
+    # next batches to its own old part instead keeps the logged values bit-identical.
+    parts = per_replica(variables)
+    if (
+        parts is not None
+        and replica_values is not None
+        and [p.shape for p in parts] == [v.shape for v in replica_values]
+    ):
+        for part, values in zip(parts, replica_values, strict=True):
+            for component, value in zip(part.components, values, strict=True):
+                component.assign(value)
+        return True
+    restore(variables, totals, "metric", folder)
+    return True
+
+
+def history_of(model: Any, state: dict, params: dict, resumed_from: tuple[int, int] | None) -> Any:
+    """A Keras History of the whole run, the epochs trained before a restart included."""
+    import keras
+
+    history = keras.callbacks.History()
+    history.set_model(model)
+    model.history = history  # as fit leaves it
+    history.set_params(params)
+    history.epoch = list(range(len(state["history"])))
+    history.history = {}
+    for logs in state["history"]:
+        for key, value in logs.items():
+            history.history.setdefault(key, []).append(value)
+    history.resumed_from = resumed_from
+    return history

@@ -1,0 +1,432 @@
+"""`resumable_fit`: a run killed mid-epoch, run again, ends with the weights of an uninterrupted run.
+
+Keras 3's ``BackupAndRestore`` re-runs the interrupted epoch from its first batch and keeps no
+Dropout generator state (keras#19179, keras#20712). Here each epoch's order is a function of
+(seed, epoch), and every `save_every_steps` batches one atomically written file holds every
+variable, the optimizer and metric state and the position; a restart trains only what is left.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mgtutor._checks import check_whole
+from mgtutor.saving import save_model
+from mgtutor.training import checkpoints
+from mgtutor.training.feeding import epoch_rows
+
+EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}
+BEST_FILE = "best.weights.h5"
+
+# fit arguments resumable_fit decides itself, and why.
+_OWN_ARGUMENTS = {
+    "shuffle": "it shuffles each epoch itself, reproducibly from `seed` and the epoch number",
+    "initial_epoch": "the starting epoch comes from the checkpoint",
+    "steps_per_epoch": "an epoch is always one pass over x",
+    "validation_split": "pass validation_data=(x_val, y_val) instead",
+    "x": "pass the data as the 2nd and 3rd arguments",
+    "y": "pass the data as the 2nd and 3rd arguments",
+}
+_PASSED_TO_FIT = {
+    "verbose",
+    "callbacks",
+    "validation_data",
+    "validation_batch_size",
+    "validation_freq",
+    "validation_steps",
+    "class_weight",
+}
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _leaves(data: Any, name: str) -> list[np.ndarray]:
+    import keras
+
+    if data is None:
+        raise ValueError(f"{name} is required: resumable_fit trains on in-memory arrays (x, y).")
+    leaves = keras.tree.flatten(data)
+    if not leaves or not all(isinstance(a, np.ndarray) or hasattr(a, "__array__") for a in leaves):
+        raise TypeError(
+            f"{name} must be a NumPy array (or a list/dict of them), got {type(data).__name__}. "
+            "resumable_fit replays an exact batch order, which needs the data in memory; "
+            "convert a tf.data pipeline with np.asarray or use model.fit with BackupAndRestore."
+        )
+    return [np.asarray(a) for a in leaves]
+
+
+def _num_examples(x: Any, y: Any, sample_weight: Any) -> int:
+    lengths: dict[str, set[int]] = {}
+    for name, data in (("x", x), ("y", y), ("sample_weight", sample_weight)):
+        if name == "sample_weight" and data is None:
+            continue
+        for leaf in _leaves(data, name):
+            if leaf.ndim == 0:
+                raise ValueError(f"{name} must have a batch axis; got a scalar.")
+            lengths.setdefault(name, set()).add(len(leaf))
+    if len(set().union(*lengths.values())) != 1:
+        found = ", ".join(f"{name}: {'/'.join(map(str, sorted(n)))}" for name, n in lengths.items())
+        raise ValueError(f"x, y (and sample_weight) must hold as many examples each; found {found}.")
+    n = lengths["x"].pop()
+    if n < 1:
+        raise ValueError("x is empty: there is nothing to train on.")
+    return n
+
+
+def _mode_for(monitor: str, mode: str) -> str:
+    if mode not in ("auto", "min", "max"):
+        raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}.")
+    if mode != "auto":
+        return mode
+    higher_is_better = ("acc", "auc", "precision", "recall", "f1")
+    return "max" if any(word in monitor for word in higher_is_better) else "min"
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _batches(arrays: Any, n: int, batch_size: int, seed: int, first: int, last: int, skip: int) -> Any:
+    """Epochs first..last-1, each in its (seed, epoch) order, batched; the first `skip` batches left out."""
+    import keras
+    import tensorflow as tf
+
+    def one_epoch(epoch: Any) -> Any:
+        return epoch_rows(n, seed, epoch).batch(batch_size)
+
+    steps = math.ceil(n / batch_size)
+    indices = tf.data.Dataset.range(first, last).flat_map(one_epoch).skip(skip)
+    # As Keras does for arrays: the data once, batches gathered by index.
+    data = tf.data.Dataset.from_tensors(arrays).repeat()
+    dataset = tf.data.Dataset.zip((indices, data)).map(
+        lambda index, arrays: keras.tree.map_structure(lambda a: tf.gather(a, index), arrays)
+    )
+    # A known length lets Keras size the progress bar and end the epoch without a warning.
+    count = steps * (last - first) - skip
+    return dataset.apply(tf.data.experimental.assert_cardinality(count)).prefetch(tf.data.AUTOTUNE)
+
+
+# --------------------------------------------------------------------------- the callback
+
+
+class _Checkpointer:
+    """Saves the training state every few batches and at each epoch end (used by `_Callback`)."""
+
+    def __init__(self, model: Any, folder: Path, meta: dict, save_every: int, monitor: str, mode: str):
+        self.model = model
+        self.folder = folder
+        self.meta = meta
+        self.save_every = save_every
+        self.monitor = monitor
+        self.better = np.less if mode == "min" else np.greater
+        self.skip: dict[int, int] = {}  # epoch -> batches already trained before a restart
+        self.metric_values: list[np.ndarray] | None = None  # metric state to restore
+        self.offset = 0
+        self.warned_monitor = False
+
+    def groups(self, with_metrics: bool) -> dict[str, list]:
+        groups = {"model": self.model.variables, "optimizer": self.model.optimizer.variables}
+        if with_metrics:
+            groups["metrics"] = self.model.metrics_variables
+            per_replica = checkpoints.per_replica(self.model.metrics_variables)
+            if per_replica is not None:
+                groups["metric_replicas"] = per_replica
+        return groups
+
+    def average(self) -> None:
+        """One set of BatchNormalization statistics on every replica (see `mgtutor.batchnorm`).
+
+        Each replica updates its own copy; the state file and the weights files
+        hold one value per variable. Averaged at every save, an uninterrupted run
+        and a restored one (whose replicas all get the saved value) stay identical.
+        """
+        from mgtutor.batchnorm import average_replica_copies
+
+        average_replica_copies(self.model)
+
+    def save(self, epoch: int, step: int) -> None:
+        self.average()
+        self.meta.update(epoch=epoch, step=step)
+        # Mid-epoch, the metric sums so far belong to the epoch's logs; at its end they are reset.
+        checkpoints.write_state(self.folder, self.meta, self.groups(with_metrics=step > 0))
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.offset = self.skip.pop(epoch, 0)
+        if self.metric_values is not None:
+            # fit has just reset the metrics; give back the sums of the batches done before the kill.
+            if not checkpoints.restore_metrics(
+                self.model.metrics_variables, *self.metric_values, self.folder
+            ):
+                warnings.warn(
+                    "resumable_fit: the model's metrics differ from the checkpoint's (compiled with other "
+                    "metrics?); the resumed epoch's logged averages cover only the batches after the "
+                    "restart. The weights are unaffected.",
+                    stacklevel=2,
+                )
+            self.metric_values = None
+
+    def batch_end(self, epoch: int, batch: int) -> None:
+        step = self.offset + batch + 1
+        if step % self.save_every == 0 and step < self.meta["settings"]["steps_per_epoch"]:
+            self.save(epoch, step)
+
+    def epoch_end(self, epoch: int, logs: dict | None) -> None:
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        history = self.meta["history"]
+        del history[epoch:]  # an epoch redone after a kill replaces its old entry
+        history.append(logs)
+        self.average()
+        # The per-epoch and best files first, the state last: if a kill falls in
+        # between, the restart redoes the end of this epoch and writes them again.
+        save_model(self.model, self.folder / EPOCH_FILE.format(epoch=epoch + 1), verbose=False)
+        value = logs.get(self.monitor)
+        if value is None:
+            if not self.warned_monitor:
+                warnings.warn(
+                    f"resumable_fit: monitor={self.monitor!r} is not among the logged values "
+                    f"({', '.join(sorted(logs))}); no best.weights.h5 is kept.",
+                    stacklevel=2,
+                )
+                self.warned_monitor = True
+        elif self.meta["best"] is None or self.better(value, self.meta["best"]):
+            save_model(self.model, self.folder / BEST_FILE, verbose=False)
+            self.meta.update(best=value, best_epoch=epoch)
+        self.save(epoch + 1, 0)
+
+
+def _make_callback(checkpointer: _Checkpointer) -> Any:
+    import keras
+
+    class _Callback(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            self._epoch = epoch
+            checkpointer.epoch_begin(epoch)
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            checkpointer.batch_end(self._epoch, batch)
+
+        def on_test_begin(self, logs: dict | None = None) -> None:
+            checkpointer.average()  # validation scores the model the epoch's files will hold
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            checkpointer.epoch_end(epoch, logs)
+
+    return _Callback()
+
+
+def _progress_bar(epochs: int) -> Any:
+    from mgtutor.progress import ProgressBar
+
+    # One line per epoch, so that a notebook (or a child's output shown in one) keeps no bar redraws.
+    class _RunProgbar(ProgressBar):
+        # The rest of an interrupted epoch is a fit of its own, whose `epochs` is that
+        # epoch's number: the bar would read "Epoch 2/2" in a 3-epoch run.
+        def set_params(self, params: dict) -> None:
+            super().set_params({**params, "epochs": epochs})
+
+    return _RunProgbar()
+
+
+# --------------------------------------------------------------------------- resumable_fit
+
+
+def resumable_fit(
+    model: Any,
+    x: Any,
+    y: Any,
+    *,
+    checkpoint_dir: str | os.PathLike,
+    epochs: int,
+    batch_size: int,
+    save_every_steps: int = 50,
+    seed: int = 0,
+    strategy: Any = None,
+    sample_weight: Any = None,
+    monitor: str | None = None,
+    mode: str = "auto",
+    **fit_kwargs: Any,
+) -> Any:
+    """``model.fit(x, y, ...)`` that a restart with the same call continues where it was killed.
+
+    Every `save_every_steps` batches and at each epoch end, the whole training
+    state goes to ``checkpoint_dir/resume-state.npz`` (atomically); each epoch
+    also leaves ``epoch-NN.weights.h5`` and, when `monitor` improved,
+    ``best.weights.h5`` (`monitor` defaults to ``val_loss`` with validation
+    data, else ``loss``). Run it again after a kill and it restores the state,
+    skips the batches already trained and finishes: with the same arguments,
+    the final weights equal those of an uninterrupted run. Run it once more
+    after it finished and it only restores the final weights.
+
+    It seeds everything with `seed` and turns on TensorFlow op determinism (for
+    the whole process). `batch_size` is the global batch; under `strategy` (the
+    one the model was built and compiled in; by default the model's own) it
+    must divide by the replica count. The History covers the whole run, epochs
+    trained before a restart included (``history.resumed_from`` says where
+    this call started). Other keyword arguments go to ``fit``: verbose,
+    callbacks, validation_data, validation_batch_size, validation_freq,
+    validation_steps, class_weight. On several replicas, BatchNormalization's
+    moving statistics (one copy per replica, each updated from its own slice)
+    are averaged before every save and validation, so the files hold the
+    statistics of all the data and a resumed run stays bit-identical. A resume
+    mid-epoch runs ``fit`` twice (the
+    rest of that epoch, then the epochs after it), so `callbacks` see two
+    ``on_train_begin``/``on_train_end`` pairs in that process.
+    """
+    import keras
+
+    # ---- every check before any work
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}.")
+    if not getattr(model, "compiled", False) or model.optimizer is None:
+        raise ValueError(
+            f"model {model.name!r} is not compiled; call model.compile(optimizer=..., loss=...) "
+            "first (inside strategy.scope() when training with a strategy)."
+        )
+    folder = checkpoints.checkpoint_folder(checkpoint_dir)
+    epochs = check_whole("epochs", epochs, 1)
+    batch_size = check_whole("batch_size", batch_size, 1)
+    save_every_steps = check_whole("save_every_steps", save_every_steps, 1)
+    seed = check_whole("seed", seed, 0)
+    for name, why in _OWN_ARGUMENTS.items():
+        if name in fit_kwargs:
+            raise TypeError(f"resumable_fit does not take {name}=: {why}.")
+    unknown = sorted(set(fit_kwargs) - _PASSED_TO_FIT)
+    if unknown:
+        raise TypeError(
+            f"resumable_fit got unexpected argument(s) {', '.join(unknown)}; besides its own it "
+            f"passes these to fit: {', '.join(sorted(_PASSED_TO_FIT))}."
+        )
+    callbacks = fit_kwargs.pop("callbacks", None) or []
+    callbacks = [callbacks] if isinstance(callbacks, keras.callbacks.Callback) else list(callbacks)
+    checkpoints.refuse_backup_and_restore(
+        callbacks,
+        "Remove the BackupAndRestore callback: resumable_fit saves the whole state and resumes mid-epoch.",
+    )
+    n = _num_examples(x, y, sample_weight)
+    if strategy is None:
+        strategy = model.distribute_strategy
+    elif model.distribute_strategy is not strategy:
+        raise ValueError(
+            f"model {model.name!r} was not built under this strategy. Build and compile it "
+            "inside `with strategy.scope():`, then pass the same strategy."
+        )
+    replicas = int(strategy.num_replicas_in_sync)
+    if replicas > 1:
+        from mgtutor.data_parallel import check_batch_divisible
+
+        check_batch_divisible(batch_size, replicas)
+    monitor = monitor or ("val_loss" if fit_kwargs.get("validation_data") is not None else "loss")
+    if not isinstance(monitor, str):
+        raise TypeError(f"monitor must be the name of a logged value such as 'val_loss', got {monitor!r}.")
+    mode = _mode_for(monitor, mode)
+    if getattr(model.optimizer, "use_ema", False):
+        raise ValueError(
+            "the optimizer has use_ema=True: fit swaps the averaged weights in when it ends, and "
+            "a resumed run ends a fit at the restart point, so it would not match an "
+            "uninterrupted run. Compile with use_ema=False for resumable training."
+        )
+    steps = math.ceil(n / batch_size)
+    arrays = (x, y) if sample_weight is None else (x, y, sample_weight)
+    settings = {"batch_size": batch_size, "seed": seed, "num_examples": n, "steps_per_epoch": steps,
+                "data": checkpoints.fingerprint(arrays, n)}  # fmt: skip
+    state = checkpoints.read_state(folder) if folder.is_dir() else None
+    if state is not None:
+        checkpoints.check_same_settings(folder, state[0], settings)
+
+    # ---- set up
+    import tensorflow as tf
+
+    verbose = fit_kwargs.get("verbose", "auto")
+    say = print if verbose not in (0, False) else (lambda *_: None)
+    keras.utils.set_random_seed(seed)
+    with strategy.scope():
+        if not model.built:  # keras#20712: state can only be restored into existing variables
+            first = keras.tree.map_structure(lambda a: np.asarray(a)[:batch_size], x)
+            model(first, training=False)
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+    if state is not None:  # a different model is refused before anything changes
+        checkpoints.check_shapes(model.variables, state[1].get("model", []), "model", folder)
+        checkpoints.check_shapes(
+            model.optimizer.variables, state[1].get("optimizer", []), "optimizer", folder
+        )
+    tf.config.experimental.enable_op_determinism()
+    folder.mkdir(parents=True, exist_ok=True)
+
+    meta = checkpoints.new_state(settings, replicas=replicas, best=None, best_epoch=None, monitor=monitor,
+                                 keras=keras.__version__)  # fmt: skip
+    checkpointer = _Checkpointer(model, folder, meta, save_every_steps, monitor, mode)
+    resumed_from = None
+    if state is not None:
+        saved, groups = state
+        checkpoints.warn_other_replicas(saved, replicas, "resumable_fit")
+        with strategy.scope():
+            checkpoints.restore(model.variables, groups.get("model", []), "model", folder)
+            checkpoints.restore(model.optimizer.variables, groups.get("optimizer", []), "optimizer", folder)
+        meta.update({k: saved[k] for k in ("epoch", "step", "history", "best", "best_epoch", "stopped")})
+        if saved.get("monitor") != monitor:
+            meta.update(best=None, best_epoch=None)  # a best of another quantity means nothing here
+        resumed_from = (meta["epoch"], meta["step"])
+        if meta["step"] > 0:
+            checkpointer.skip[meta["epoch"]] = meta["step"]
+            checkpointer.metric_values = (groups.get("metrics", []), groups.get("metric_replicas"))
+
+    start, skip = meta["epoch"], meta["step"]
+    if meta["stopped"] or start >= epochs:
+        why = "stopped early (stop_training)" if meta["stopped"] else f"reached epoch {start}"
+        say(f"resumable_fit: the run in {folder} already {why}; restored its final weights.")
+        return checkpoints.history_of(
+            model, meta, {"epochs": epochs, "steps": steps, "verbose": verbose}, resumed_from
+        )
+    if resumed_from is None:
+        say(
+            f"resumable_fit: new run in {folder}: {epochs} epochs of {steps} batches, state "
+            f"saved every {save_every_steps} batches and at each epoch end."
+        )
+    else:
+        say(
+            f"resumable_fit: resuming {folder} at epoch {start + 1}/{epochs}, after batch "
+            f"{skip} of {steps}; the {skip} batches already trained are skipped."
+        )
+
+    if checkpointer.metric_values is not None and len(model.metrics_variables) != len(
+        checkpointer.metric_values[0]
+    ):
+        # Without a strategy Keras creates the metric variables at the first step;
+        # one evaluation creates them now, so the restore has somewhere to go.
+        probe = _batches(arrays, n, batch_size, seed, start, start + 1, 0).take(1)
+        model.evaluate(probe, verbose=0)
+    all_callbacks = [_make_callback(checkpointer), *callbacks]
+    if verbose not in (0, False) and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+        all_callbacks.append(_progress_bar(epochs))
+    last = None
+    segments = []
+    if skip > 0:  # the rest of the interrupted epoch: an epoch of its own length
+        segments.append((start, start + 1, skip, None))
+        start += 1
+    if start < epochs:
+        segments.append((start, epochs, 0, steps))
+    for first, end, skip_batches, steps_per_epoch in segments:
+        dataset = _batches(arrays, n, batch_size, seed, first, end, skip_batches)
+        last = model.fit(
+            dataset,
+            epochs=end,
+            initial_epoch=first,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,  # the order is already set; this only silences Keras' warning
+            callbacks=all_callbacks,
+            **fit_kwargs,
+        )
+        if model.stop_training:
+            meta["stopped"] = True
+            checkpointer.save(meta["epoch"], meta["step"])
+            break
+    params = dict(getattr(last, "params", None) or {})
+    params.update(epochs=epochs, steps=steps)
+    return checkpoints.history_of(model, meta, params, resumed_from)

@@ -1,0 +1,475 @@
+"""`Trainer`: one ``strategy.run`` loop for one device, N devices and N machines, with ``fit``'s comforts.
+
+Keras 3's ``fit`` fails under ``MultiWorkerMirroredStrategy`` (keras#20585), so this is the loop
+TensorFlow's multi-worker tutorial writes by hand (notebook 10 walks through its step): each
+epoch's order is a function of (seed, epoch), only full global batches are trained, the loss is
+divided by the global batch, and checkpoints (`mgtutor.training.checkpoints`, the engine `resumable_fit`
+uses too) let a killed job resume to the same weights. Importing it starts nothing, so
+`multi_worker_strategy` can still be the first thing to touch TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from mgtutor._checks import check_whole
+from mgtutor.data_parallel import check_batch_divisible
+from mgtutor.progress import EpochSummaries
+from mgtutor.training import checkpoints
+from mgtutor.training.feeding import distributed, epoch_batches, padded_rows
+from mgtutor.training.losses import make_metric, per_example_loss
+from mgtutor.training.plan import Plan, check_arrays, plan_fit
+from mgtutor.training.worker import is_chief, num_workers
+
+# --------------------------------------------------------------------------- strategies
+
+
+def _strategy_of(variable: Any) -> Any:
+    """The strategy a (Keras) variable was created under, or None for a plain variable."""
+    value = getattr(variable, "value", variable)
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value.distribute_strategy
+    return None
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+class _Checkpointer:
+    """The run's state in the checkpoints' file: every worker reads the values, the chief writes."""
+
+    def __init__(self, strategy: Any, folder: Path, groups: dict[str, list], state: dict) -> None:
+        self.strategy, self.folder, self.groups, self.state = strategy, folder, groups, state
+        self.chief = is_chief(strategy)
+
+    def restore(self, values: dict[str, list[np.ndarray]]) -> None:
+        for name, variables in self.groups.items():  # all refused before anything is assigned
+            checkpoints.check_shapes(variables, values.get(name, []), name, self.folder)
+        with self.strategy.scope():
+            for name, variables in self.groups.items():
+                checkpoints.restore(variables, values[name], name, self.folder)
+
+    def save(self) -> Path:
+        # Reading summed metric variables is a collective: every worker reads, only the chief writes.
+        return checkpoints.write_state(self.folder, self.state, self.groups, write=self.chief)
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+class Trainer:
+    """Train a Keras 3 model with a custom loop under any ``tf.distribute`` strategy.
+
+    Create `model` and `optimizer` inside ``with strategy.scope():`` (its
+    variables must be mirrored before training starts), then::
+
+        trainer = Trainer(model, optimizer, "categorical_crossentropy", ["accuracy"], strategy=strategy)
+        history = trainer.fit(x, y, batch_size=64, epochs=2, validation_data=(x_val, y_val))
+
+    `strategy` defaults to the one the model was built under (the default
+    strategy for a plain model). `loss` is a loss name, a ``keras.losses.Loss``
+    or a function ``(y_true, y_pred) -> per-example losses``; `metrics` are
+    metric names (``"accuracy"`` resolved as ``compile`` does) or metrics,
+    rebuilt under the strategy's scope (read them from ``trainer.metrics``).
+    In a multi-worker job every worker runs the same script, so the same calls.
+
+    BatchNormalization: each replica (on every worker) updates its own copy of
+    the moving statistics from its own slice of the batch. The trainer sets
+    the copies to their mean at each epoch end (before validation, callbacks
+    and the checkpoint) and before every mid-epoch checkpoint, so there is one
+    set to save and a resumed run matches an uninterrupted one. Training still
+    normalises each replica's slice on its own; to train exactly as one device
+    does with the global batch, build the model with
+    ``BatchNormalization(synchronized=True)`` (`mgtutor.sync_batchnorm`).
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        loss: Any,
+        metrics: Sequence[Any] = (),
+        *,
+        strategy: Any = None,
+    ) -> None:
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"model must be a keras.Model, got {type(model).__name__}.")
+        if not model.built or not model.trainable_variables:
+            raise ValueError(
+                f"model {model.name!r} is not built (or has nothing to train). Build it first: start "
+                "it with keras.Input(shape=...) or call model.build(input_shape), inside strategy.scope()."
+            )
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError(
+                f"optimizer must be a keras.optimizers.Optimizer instance (e.g. keras.optimizers.SGD(0.01)), "
+                f"got {optimizer!r}. Create it inside strategy.scope(), next to the model."
+            )
+        if isinstance(metrics, (str, keras.metrics.Metric)) or not isinstance(metrics, Sequence):
+            raise TypeError(f"metrics must be a list such as ['accuracy'], got {metrics!r}.")
+        self.loss = per_example_loss(loss)
+        built_under = _strategy_of(model.trainable_variables[0])
+        if strategy is None:
+            strategy = built_under or tf.distribute.get_strategy()
+        elif not callable(getattr(strategy, "scope", None)) or not hasattr(strategy, "run"):
+            raise TypeError(f"strategy must be a tf.distribute strategy or None, got {strategy!r}.")
+        default = not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy()
+        for what, variable in (("model", model.trainable_variables[0]), ("optimizer", optimizer.iterations)):
+            under = _strategy_of(variable)
+            if under is not strategy and not (under is None and default):
+                raise ValueError(
+                    f"the {what} was not created under this strategy's scope, so its variables are "
+                    f"not mirrored on the strategy's {strategy.num_replicas_in_sync} replica(s). Create "
+                    "both inside it:\n    with strategy.scope():\n        model = build_...(...)\n"
+                    "        optimizer = keras.optimizers....(...)\nthen pass the same strategy."
+                )
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self._metric_specs = list(metrics)
+        self.metrics: list[keras.metrics.Metric] = []
+        self._loss_tracker: keras.metrics.Metric | None = None
+        self.history: keras.callbacks.History | None = None
+        self._test_step: Callable[[Any], dict[str, Any]] | None = None
+        self._vote: Callable[[Any], Any] | None = None
+
+    # -- facts
+
+    @property
+    def num_replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
+    def is_chief(self) -> bool:
+        return is_chief(self.strategy)
+
+    @property
+    def num_workers(self) -> int:
+        return num_workers(self.strategy)
+
+    # -- building blocks
+
+    def _build_metrics(self, x: np.ndarray, y: np.ndarray) -> None:
+        if self._loss_tracker is not None:
+            return
+        outputs = getattr(self.model, "outputs", None)  # a subclassed model has none: ask it
+        output_shape = tuple(outputs[0].shape) if outputs else tuple(self.model(x[:1]).shape)
+        with self.strategy.scope():
+            self._loss_tracker = keras.metrics.Mean(name="loss")
+            self.metrics = [make_metric(spec, y, output_shape) for spec in self._metric_specs]
+            if not self.optimizer.built:
+                self.optimizer.build(self.model.trainable_variables)
+
+    def _all_metrics(self) -> list[keras.metrics.Metric]:
+        return [self._loss_tracker, *self.metrics]
+
+    def _reset_metrics(self) -> None:
+        for metric in self._all_metrics():
+            metric.reset_state()
+
+    def _results(self) -> dict[str, Any]:
+        # Read in cross-replica context: the per-replica sums are added up (across workers too).
+        return {metric.name: metric.result() for metric in self._all_metrics()}
+
+    def _regularization(self) -> Any:
+        losses = self.model.losses
+        return tf.add_n([tf.cast(v, tf.float32) for v in losses]) if losses else tf.constant(0.0)
+
+    def _per_example(self, y: Any, prediction: Any) -> Any:
+        values = tf.cast(self.loss(y, prediction), tf.float32)
+        if values.shape.rank is not None and values.shape.rank > 1:  # Keras averages the other axes
+            values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
+        return values
+
+    def _train_function(self, global_batch: int) -> Callable[[Any], dict[str, Any]]:
+        model, optimizer = self.model, self.optimizer
+
+        def replica_step(x: Any, y: Any) -> None:
+            with tf.GradientTape() as tape:
+                prediction = model(x, training=True)
+                per_example = self._per_example(y, prediction)
+                regularization = self._regularization()
+                # Divide by the GLOBAL batch: summing the replicas' gradients then gives the
+                # gradient of the global-batch mean, exactly as on one device.
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                loss += tf.nn.scale_regularization_loss(regularization)
+                scaled = optimizer.scale_loss(loss)  # a LossScaleOptimizer's factor (else unchanged)
+            gradients = tape.gradient(scaled, model.trainable_variables)
+            # apply_gradients sums the replicas' gradients (an all-reduce) before updating.
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+            local = tf.cast(tf.shape(per_example)[0], tf.float32)
+            # What fit logs: this replica's mean loss, weighted by its number of examples.
+            self._loss_tracker.update_state(tf.reduce_sum(per_example) / local + regularization, local)
+            for metric in self.metrics:
+                metric.update_state(y, prediction)
+
+        @tf.function
+        def train_step(iterator: Any) -> dict[str, Any]:
+            x, y = next(iterator)
+            self.strategy.run(replica_step, args=(x, y))
+            return self._results()
+
+        return train_step
+
+    def _test_function(self) -> Callable[[Any], dict[str, Any]]:
+        model = self.model
+
+        def replica_step(x: Any, y: Any, weight: Any) -> None:
+            prediction = model(x, training=False)
+            per_example = self._per_example(y, prediction)
+            count = tf.reduce_sum(weight)
+            mean = tf.math.divide_no_nan(tf.reduce_sum(per_example * weight), count)
+            self._loss_tracker.update_state(mean + self._regularization(), count)
+            for metric in self.metrics:
+                metric.update_state(y, prediction, sample_weight=weight)
+
+        @tf.function
+        def test_step(iterator: Any) -> dict[str, Any]:
+            x, y, weight = next(iterator)
+            self.strategy.run(replica_step, args=(x, y, weight))
+            return self._results()
+
+        return test_step
+
+    def _average_statistics(self) -> None:
+        """Every replica's BatchNormalization statistics set to their mean (`mgtutor.batchnorm`).
+
+        A collective under a multi-worker strategy: every worker reaches it at
+        the same point of the same loop. A no-op on one replica.
+        """
+        if self.num_replicas > 1:
+            from mgtutor.batchnorm import average_replica_copies
+
+            average_replica_copies(self.model)
+
+    def _any_worker(self, flag: bool) -> bool:
+        """True if `flag` is True on any worker: a stop decided on one worker must stop all of them."""
+        if self.num_workers == 1:
+            return flag
+        if self._vote is None:
+            strategy = self.strategy
+
+            @tf.function  # eager collectives are slow and warn
+            def vote(value: Any) -> Any:
+                votes = strategy.run(tf.identity, args=(value,))
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)
+
+            self._vote = vote
+        return bool(self._vote(tf.constant(1.0 if flag else 0.0)) > 0)
+
+    # -- evaluation
+
+    def _validation(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> tuple[Any, int]:
+        """A distributed dataset over all of (x, y) and its number of steps."""
+        rows, weights = padded_rows(len(x), batch_size)
+        arrays = (x[rows], y[rows], weights)  # at most batch_size - 1 padded rows, weighted 0
+        batches = tf.data.Dataset.range(len(rows)).batch(batch_size)
+        return distributed(self.strategy, batches, arrays, batch_size), len(rows) // batch_size
+
+    def _evaluate(self, dataset: Any, steps: int, callbacks: Any = None) -> dict[str, float]:
+        if self._test_step is None:  # traced once per trainer, not once per epoch
+            self._test_step = self._test_function()
+        iterator = iter(dataset)
+        self._reset_metrics()
+        if callbacks is not None:
+            callbacks.on_test_begin()
+        logs: dict[str, float] = {}
+        for step in range(steps):
+            if callbacks is not None:
+                callbacks.on_test_batch_begin(step)
+            logs = {k: float(v) for k, v in self._test_step(iterator).items()}
+            if callbacks is not None:
+                callbacks.on_test_batch_end(step, logs)
+        if callbacks is not None:
+            callbacks.on_test_end(logs)
+        return logs
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray, *, batch_size: int) -> dict[str, float]:
+        """Loss and metrics over all of (x, y), every example counted once (the last batch padded).
+
+        Under a multi-worker strategy every worker makes the call (the sums are collective).
+        """
+        x, y = check_arrays(x, y, "evaluate")
+        batch_size = check_whole("batch_size", batch_size, 1)
+        check_batch_divisible(batch_size, self.num_replicas)
+        self._build_metrics(x, y)
+        return self._evaluate(*self._validation(x, y, batch_size))
+
+    # -- training
+
+    def fit(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        batch_size: int,
+        epochs: int = 1,
+        steps_per_epoch: int | None = None,
+        validation_data: tuple[np.ndarray, np.ndarray] | None = None,
+        validation_batch_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        callbacks: Sequence[keras.callbacks.Callback] | None = None,
+        verbose: int | str = "auto",
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every_steps: int | None = None,
+        log_dir: str | os.PathLike | None = None,
+    ) -> keras.callbacks.History:
+        """Train for `epochs` epochs of full global batches of `batch_size`; returns the History.
+
+        Every worker of a multi-worker job makes the same call. An epoch is
+        ``len(x) // batch_size`` steps (fewer with `steps_per_epoch`), in the
+        order of `seed` and the epoch (``shuffle=False``: rows in order).
+        `validation_data` is evaluated after each epoch, every example once.
+        `callbacks` get Keras' hooks with ``fit``'s logs (identical on every
+        worker); the progress bar (`verbose` 1: a bar, 2: a line per epoch,
+        'auto': a bar in a terminal or notebook, else lines) shows on the chief
+        only. With `checkpoint_dir` the state is saved every
+        `checkpoint_every_steps` steps and at each epoch end, and a call that
+        finds a checkpoint there resumes from it, training only the steps
+        left: ``history.resumed_from`` is (epoch, batch) or None, and
+        ``history.steps_trained`` the steps this call ran. The History covers
+        the whole run, epochs trained before a restart included. `log_dir`
+        gets TensorBoard epoch scalars (chief only).
+
+        ``model.stop_training`` set by a callback ends the epoch; at epoch ends
+        the workers vote, so one worker's stop stops all. A callback that stops
+        mid-epoch must decide from the logs (identical on every worker), or the
+        other workers would wait for it. File-writing callbacks (ModelCheckpoint,
+        CSVLogger) belong on the chief only (``[...] if trainer.is_chief else []``).
+        """
+        plan = plan_fit(
+            self.num_replicas, x, y, batch_size, epochs, steps_per_epoch, validation_data,
+            validation_batch_size, shuffle, seed, callbacks, verbose, checkpoint_dir, checkpoint_every_steps,
+            log_dir,
+        )  # fmt: skip
+        say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
+        self._build_metrics(plan.x, plan.y)
+        state, checkpointer, resumed_from = self._start(plan, say)
+        callback_list = keras.callbacks.CallbackList(
+            plan.callbacks,
+            add_progbar=bool(plan.verbose and self.is_chief),
+            model=self.model,
+            verbose=plan.verbose,
+            epochs=plan.epochs,
+            steps=plan.steps,
+        )
+        summaries = EpochSummaries(plan.log_dir) if plan.log_dir is not None and self.is_chief else None
+        trained = 0
+        try:
+            if state["epoch"] < plan.epochs and not state["stopped"]:
+                trained = self._train(plan, state, checkpointer, callback_list, summaries, say)
+            else:
+                say(f"Trainer: the run in {plan.checkpoint_dir} already finished; its weights are restored.")
+        finally:
+            if summaries is not None:
+                summaries.close()
+
+        history = checkpoints.history_of(
+            self.model,
+            state,
+            {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.steps},
+            resumed_from,
+        )
+        history.steps_trained = trained
+        self.history = history
+        return history
+
+    def _start(self, plan: Plan, say: Callable[..., None]) -> tuple[dict, _Checkpointer | None, Any]:
+        """The run's state, fresh or restored from a checkpoint of the same run; where it resumed."""
+        state = checkpoints.new_state(plan.settings, replicas=self.num_replicas)
+        if plan.checkpoint_dir is None:
+            return state, None, None
+        groups = {
+            "model": list(self.model.variables),
+            "optimizer": list(self.optimizer.variables),
+            "metrics": [v for m in self._all_metrics() for v in m.variables],
+        }
+        checkpointer = _Checkpointer(self.strategy, plan.checkpoint_dir, groups, state)
+        saved = checkpoints.read_state(plan.checkpoint_dir)
+        if saved is None:
+            return state, checkpointer, None
+        checkpoints.check_same_settings(plan.checkpoint_dir, saved[0], plan.settings)
+        checkpointer.restore(saved[1])
+        checkpoints.warn_other_replicas(saved[0], self.num_replicas, "Trainer")
+        state.update({k: saved[0][k] for k in ("epoch", "step", "history", "stopped")})
+        epoch, step = state["epoch"], state["step"]
+        say(
+            f"Trainer: resuming {plan.checkpoint_dir} at epoch {epoch + 1}/{plan.epochs}, batch "
+            f"{step}/{plan.steps} (global step {epoch * plan.steps + step})."
+        )
+        return state, checkpointer, (epoch, step)
+
+    def _train(
+        self,
+        plan: Plan,
+        state: dict[str, Any],
+        checkpointer: _Checkpointer | None,
+        callback_list: Any,
+        summaries: EpochSummaries | None,
+        say: Callable[..., None],
+    ) -> int:
+        """The epoch loop, from the position in `state`; returns the number of steps run."""
+        steps, start_epoch, start_step = plan.steps, int(state["epoch"]), int(state["step"])
+        batches = epoch_batches(
+            len(plan.x), plan.batch_size, steps, plan.seed, plan.shuffle, start_epoch, plan.epochs
+        ).skip(start_step)  # the batches of the interrupted epoch trained before the kill
+        iterator = iter(distributed(self.strategy, batches, (plan.x, plan.y), plan.batch_size))
+        train_step = self._train_function(plan.batch_size)
+        validation = self._validation(*plan.validation) if plan.validation is not None else None
+
+        def save(epoch: int, step: int) -> None:
+            self._average_statistics()  # the checkpoint holds one value per variable
+            state.update(epoch=epoch, step=step)
+            global_step = epoch * steps + step
+            path = checkpointer.save()
+            where = f"epoch {epoch + 1}, batch {step}/{steps}" if step else f"end of epoch {epoch}"
+            say(f"checkpoint saved: step {global_step} ({where}) -> {path}")
+
+        trained = 0
+        self.model.stop_training = False
+        callback_list.on_train_begin()
+        epoch_logs: dict[str, float] = {}
+        for epoch in range(start_epoch, plan.epochs):
+            first = start_step if epoch == start_epoch else 0
+            if first == 0:  # mid-epoch, the restored sums hold the batches trained before the kill
+                self._reset_metrics()
+            callback_list.on_epoch_begin(epoch)
+            logs: dict[str, float] = {}
+            for step in range(first, steps):
+                callback_list.on_train_batch_begin(step)
+                logs = {k: float(v) for k, v in train_step(iterator).items()}
+                trained += 1
+                callback_list.on_train_batch_end(step, logs)
+                due = plan.checkpoint_every and (epoch * steps + step + 1) % plan.checkpoint_every == 0
+                if checkpointer is not None and due and step + 1 < steps:  # the epoch end saves anyway
+                    save(epoch, step + 1)
+                if self.model.stop_training:
+                    break
+            epoch_logs = dict(logs)
+            # Before validation and callbacks: they score and save the averaged statistics.
+            self._average_statistics()
+            if validation is not None:
+                val_logs = self._evaluate(*validation, callback_list)
+                epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
+            callback_list.on_epoch_end(epoch, epoch_logs)
+            if summaries is not None:
+                summaries.write(epoch, epoch_logs)
+            stop = self._any_worker(bool(self.model.stop_training))
+            self.model.stop_training = stop
+            state["history"].append(epoch_logs)
+            state["stopped"] = stop
+            if checkpointer is not None:
+                save(epoch + 1, 0)
+            else:
+                state.update(epoch=epoch + 1, step=0)
+            if stop:
+                break
+        callback_list.on_train_end(epoch_logs)
+        return trained

@@ -1,0 +1,81 @@
+"""mgtutor.classroom.preflight (`make check`): real runs of the checklist, red with data missing and a port
+taken, green on this set-up; the known-bad version table checked line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from mgtutor.classroom import preflight
+from tests.conftest import ROOT
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mgtutor.classroom.preflight", *args], capture_output=True,
+                          text=True,
+                          env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=180)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "ok", "named"),
+    [
+        ("keras", (3, 7), False, "keras#21061"),
+        ("keras", (3, 10), False, "keras#20611"),
+        ("keras", (3, 11), True, ""),
+        ("keras", (2, 15), False, "Keras 2"),
+        ("tensorflow", (2, 20), False, "2.21"),
+        ("tensorflow", (2, 21), True, ""),
+    ],
+)
+def test_known_bad_versions_are_named_with_their_issue(package, version, ok, named):
+    versions = {"tensorflow": (2, 21), "keras": (3, 15), package: version}
+    line = next(c for c in preflight.check_versions(versions, (3, 11)) if c.name == package)
+    assert line.ok is ok
+    assert named in line.detail
+    assert preflight.check_versions(versions, (3, 9))[0].ok is False  # Python 3.9
+
+
+def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MGTUTOR_DATA_DIR"}
+    env.update(MGTUTOR_OFFLINE="1", KERAS_HOME=str(empty), MGTUTOR_DATA_DIR=str(empty))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = _run("--ports", str(port), env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("FAIL  data cifar10: not found") for line in lines)
+    assert any(line.startswith("FAIL  ports:") and str(port) in line for line in lines)
+    assert "python -m mgtutor.classroom.datakit download --to DIR" in done.stdout
+    assert f"lsof -i :{port}" in done.stdout
+    assert "preflight FAILED" in done.stdout
+
+
+def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
+    if not os.environ.get("MGTUTOR_DATA_DIR"):
+        pytest.skip("MGTUTOR_DATA_DIR not set: the data lines would be red")
+    done = _run("--json", env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ok"] is True
+    checks = {c["name"]: c for c in report["checks"]}
+    smoke = checks[preflight.SMOKE]
+    assert smoke["ok"] and "max weight difference" in smoke["detail"]
+    difference = float(smoke["detail"].split("max weight difference ")[1].split()[0])
+    assert difference <= preflight.PARITY_TOLERANCE
+    assert checks["data cifar10"]["detail"].startswith("real data, from ")
+
+
+def test_missing_data_only_warns_with_allow_synthetic():
+    checks = preflight.check_data(allow_synthetic=True)
+    assert all(c.ok or c.warning for c in checks)
+    assert not preflight.failed([preflight.Check("data x", False, "missing", warning=True)])
+    assert preflight.failed([preflight.Check("ports", False, "taken")])

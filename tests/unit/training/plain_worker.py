@@ -1,0 +1,49 @@
+"""A worker for the launcher's own tests: plain Python, no TensorFlow, so each runs in well under a second.
+
+    python tests/unit/training/plain_worker.py ROLE [ARGS...]   (started by `mgtutor.training.cluster.launch`)
+
+ROLE is what the test needs from each worker:
+- ``echo``: print TF-style start-up chatter and a greeting, report what the worker was given;
+- ``fail_once_0_has_a_child``: worker 0 starts a grandchild and writes its pid to ARGS[0];
+  worker 1 waits for that file, then exits 3;
+- ``sleep``: print, then sleep a minute (to be timed out or killed);
+- ``announce_then_sleep``: worker 0 prints a checkpoint line, then every worker sleeps.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from mgtutor.processes import report_result
+
+INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+role, args = sys.argv[1], sys.argv[2:]
+
+if role == "echo":
+    print("I0000 00:00:1795328799.588791     479 cudart_stub.cc:31] Could not find cuda drivers")
+    print(f"hello from {INDEX}")
+    report_result({"index": INDEX, "tf_config": json.loads(os.environ["TF_CONFIG"]),
+                   "args": args, "extra": os.environ["EXTRA"]})  # fmt: skip
+elif role == "fail_once_0_has_a_child":
+    marker = args[0]
+    if INDEX == 1:
+        while not os.path.exists(marker):  # fail once worker 0 has a child of its own
+            time.sleep(0.01)
+        print("worker 1 gives up", flush=True)
+        sys.exit(3)
+    child = subprocess.Popen(["sleep", "60"])  # a grandchild: the process-group kill must reach it
+    with open(marker + ".tmp", "w") as handle:
+        handle.write(str(child.pid))
+    os.replace(marker + ".tmp", marker)
+    time.sleep(60)
+elif role == "sleep":
+    print("working", flush=True)
+    time.sleep(60)
+elif role == "announce_then_sleep":
+    if INDEX == 0:
+        print("checkpoint saved: step 4", flush=True)
+    time.sleep(60)
+else:
+    sys.exit(f"plain_worker.py: unknown role {role!r}")

@@ -1,0 +1,231 @@
+"""The localhost launcher, and multi-worker training through it.
+
+Launcher behaviour is tested with ``plain_worker.py`` (plain Python, no
+TensorFlow, well under a second each). Two tests start TensorFlow workers running
+``multiworker_job.py`` (a tiny CNN with BatchNormalization, whose per-worker
+statistics `Trainer` averages across the workers): two workers train to the
+weights of one process with two replicas, and a job whose worker is killed
+resumes from its last checkpoint to the weights of the uninterrupted job.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mgtutor._proctree import processes_in_group
+from mgtutor.processes import RESULT_MARK, parse_result
+from mgtutor.training.checkpoints import resume_point
+from mgtutor.training.cluster import ClusterError, LocalCluster, free_ports, launch
+
+ROOT = Path(__file__).resolve().parents[3]
+JOB = ROOT / "tests" / "unit" / "training" / "multiworker_job.py"
+PLAIN = ROOT / "tests" / "unit" / "training" / "plain_worker.py"  # launcher tests: no TensorFlow
+# 2 workers x 1 replica against 1 process x 2 replicas: the same slices and the same sum of two
+# gradients; each worker's BatchNormalization statistics come from its own slice until Trainer
+# averages them. Measured 1.2e-7; the margin allows for other CPUs' kernels.
+REPLICA_TOLERANCE = 1e-6
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _assert_nothing_left(result, *extra_pids: int) -> None:
+    """No process of any worker's group, nor any given pid, is alive (read from the process table)."""
+    for pid in result.pids:
+        assert processes_in_group(pid) == [], f"processes left in worker group {pid}"
+        assert not _alive(pid)
+    for pid in extra_pids:
+        assert not _alive(pid), f"pid {pid} outlived the launcher"
+    table = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout.split()
+    live_groups = {int(pgid) for pgid, stat in zip(table[::2], table[1::2], strict=True) if "Z" not in stat}
+    assert not live_groups & set(result.pids)  # zombies are dead; some containers reap them late
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def test_free_ports_are_distinct_and_bindable_on_localhost():
+    ports = free_ports(3)
+    assert len(set(ports)) == 3 and all(1024 <= p < 65536 for p in ports)
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
+    cases = [
+        (dict(command=PLAIN, n_workers=0), ValueError, "n_workers must be a whole number >= 1"),
+        (dict(command=PLAIN, timeout=0), ValueError, "timeout must be a number of seconds > 0"),
+        (dict(command=PLAIN, timeout=float("inf")), ValueError, "timeout must be"),
+        (dict(command=tmp_path / "missing.py"), FileNotFoundError, "no worker script"),
+        (dict(command=PLAIN, kill_worker=1), ValueError, "kill_worker and kill_when go together"),
+        (dict(command=PLAIN, kill_worker=2, kill_when="x"), ValueError, "kill_worker must be a worker"),
+        (dict(command=PLAIN, kill_worker=0, kill_when="("), ValueError, "not a valid regular expression"),
+        (dict(command=PLAIN, env={"A": 1}), TypeError, "env must be a dict of str -> str"),
+        (dict(command=PLAIN, args="--epochs 2"), TypeError, "args must be a list"),
+        (dict(command=[]), TypeError, "command must be a script path or a non-empty argv list"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            launch(**kwargs)
+
+
+# --------------------------------------------------------------------------- launcher, plain workers
+
+
+def test_streams_prefixed_output_and_collects_each_result(capsys):
+    result = launch(PLAIN, 3, args=["echo", "--epochs", 2], env={"EXTRA": "yes"}, timeout=60, cwd=ROOT)
+
+    assert result.ok and result.returncodes == [0, 0, 0] and not result.timed_out
+    printed = capsys.readouterr().out
+    for index in range(3):
+        assert f"[worker {index}] hello from {index}" in printed
+        reported = result.results[index]
+        assert reported["index"] == index and reported["tf_config"]["task"]["index"] == index
+        assert reported["args"] == ["--epochs", "2"] and reported["extra"] == "yes"
+    clusters = {tuple(r["tf_config"]["cluster"]["worker"]) for r in result.results}
+    assert len(clusters) == 1 and len(set(next(iter(clusters)))) == 3  # one cluster, 3 distinct ports
+    assert result.metrics == result.results[0]
+    assert RESULT_MARK not in printed  # result lines are collected, not shown
+    assert "cudart_stub" not in printed  # TF's start-up chatter is dropped from the stream...
+    assert "cudart_stub" in result.workers[0].log_tail[0]  # ...not from the log
+    _assert_nothing_left(result)
+
+
+def test_a_failing_worker_stops_the_others_and_leaves_no_process(tmp_path):
+    marker = tmp_path / "grandchild.pid"
+    result = launch(PLAIN, 2, args=["fail_once_0_has_a_child", marker], timeout=60, stream=False)
+
+    assert not result.ok and result.returncodes[1] == 3
+    assert result.workers[0].returncode == -9 and result.workers[0].stopped_by_launcher
+    assert "worker 1 failed (exit 3)" in result.reason
+    assert result.workers[1].log_tail == ("worker 1 gives up",)
+    assert "worker 0 (pid" in result.summary() and "exit 3" in result.summary()
+    _assert_nothing_left(result, int(marker.read_text()))
+    with pytest.raises(ClusterError, match="worker 1, exit 3") as caught:
+        result.check()
+    assert caught.value.result is result
+
+
+def test_a_timeout_kills_every_worker():
+    with pytest.raises(ClusterError, match="timeout after 1 s") as caught:
+        launch(PLAIN, 2, args=["sleep"], timeout=1, stream=False, check=True)
+    result = caught.value.result
+    assert result.timed_out and result.returncodes == [-9, -9]
+    assert all(worker.stopped_by_launcher for worker in result.workers)
+    _assert_nothing_left(result)
+
+
+def test_kill_when_kills_the_named_worker_once_the_line_appears():
+    pattern = r"checkpoint saved: step \d"
+    with LocalCluster(
+        PLAIN, 2, args=["announce_then_sleep"], stream=False, kill_worker=1, kill_when=pattern
+    ) as cluster:
+        result = cluster.wait(timeout=60)
+    assert result.returncodes == [-9, -9]
+    assert result.reason.startswith("worker 1 killed by the launcher (kill_when matched)")
+    _assert_nothing_left(result)
+
+
+def test_leaving_the_block_on_ctrl_c_kills_every_worker():
+    with pytest.raises(KeyboardInterrupt), LocalCluster(PLAIN, 2, args=["sleep"], stream=False) as cluster:
+        pids = cluster.pids
+        raise KeyboardInterrupt  # what Ctrl-C in a notebook cell raises
+    for pid in pids:
+        assert processes_in_group(pid) == [] and not _alive(pid)
+
+
+# --------------------------------------------------------------------------- multi-worker training
+
+
+def _weights(prefix: Path, worker: int) -> list[np.ndarray]:
+    with np.load(f"{prefix}-worker{worker}.npz") as saved:
+        return [saved[key] for key in sorted(saved.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def _max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    assert len(a) == len(b)
+    return max(float(np.max(np.abs(x.astype(np.float64) - y))) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Two localhost workers, and beside them one process with 2 replicas, on the same job."""
+    folder = tmp_path_factory.mktemp("multiworker")
+    reference = subprocess.Popen(
+        [sys.executable, str(JOB), "--strategy", "mirrored", "--devices", "2",
+         "--weights-out", str(folder / "reference")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    try:
+        # Checkpoints as the killed job below saves them: Trainer averages the workers' BatchNorm
+        # statistics at every save, so the two jobs round them alike (1 ulp apart otherwise).
+        args = ["--weights-out", folder / "workers", "--checkpoint-dir", folder / "checkpoints",
+                "--checkpoint-every", 2]  # fmt: skip
+        result = launch(JOB, 2, args=args, cwd=ROOT, timeout=240)
+        output, _ = reference.communicate(timeout=240)
+    finally:
+        reference.kill()
+        reference.wait()
+    assert reference.returncode == 0, output[-3000:]
+    reported = parse_result(output.strip().splitlines()[-1])
+    return {"result": result, "folder": folder, "reference": reported}
+
+
+def test_two_workers_train_identical_weights_equal_to_two_replicas(uninterrupted):
+    result, folder = uninterrupted["result"], uninterrupted["folder"]
+    assert result.ok, result.summary() + "\n" + "\n".join(result.workers[1].log_tail)
+    first, second = result.results
+    assert first["replicas"] == second["replicas"] == 2  # 2 workers x 1 CPU device
+    assert first["digest"] == second["digest"]  # bit-identical on both workers
+    assert _max_difference(_weights(folder / "workers", 0), _weights(folder / "workers", 1)) == 0.0
+    reference = _weights(folder / "reference", 0)
+    assert _max_difference(_weights(folder / "workers", 0), reference) <= REPLICA_TOLERANCE
+    for key, values in uninterrupted["reference"]["history"].items():
+        np.testing.assert_allclose(first["history"][key], values, atol=1e-5, err_msg=key)
+    assert first["history"]["loss"][-1] < first["history"]["loss"][0]  # it learned something
+    _assert_nothing_left(result)
+
+
+def test_killed_worker_then_restart_resumes_from_the_last_checkpoint(uninterrupted, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    args = ["--checkpoint-dir", checkpoints, "--checkpoint-every", 2, "--step-seconds", 0.1,
+            "--weights-out", tmp_path / "resumed"]  # fmt: skip
+    # Kill worker 1 like a crashed machine once the chief has saved step 4 (of 12).
+    killed = launch(JOB, 2, args=args, cwd=ROOT, timeout=240, kill_worker=1, kill_when=r"saved: step 4 ")
+
+    assert not killed.ok and killed.returncodes[1] == -9 and killed.returncodes[0] != 0, killed.summary()
+    assert "worker 1 killed by the launcher" in killed.reason
+    _assert_nothing_left(killed)
+    epoch, batch = resume_point(checkpoints)
+    last_saved = epoch * 6 + batch  # 192 samples / batch 32 = 6 steps per epoch
+    assert last_saved >= 4 and last_saved % 2 == 0  # killed mid-run, after its checkpoint at step 4
+
+    restarted = launch(JOB, 2, args=args, cwd=ROOT, timeout=240)
+
+    assert restarted.ok, restarted.summary() + "\n" + "\n".join(restarted.workers[0].log_tail)
+    for reported in restarted.results:
+        epoch, batch = reported["resumed_from"]
+        resumed_step = epoch * reported["steps_per_epoch"] + batch
+        assert resumed_step == last_saved  # the latest checkpoint: only steps after it were lost
+        assert reported["steps_trained"] == 2 * reported["steps_per_epoch"] - resumed_step
+    assert restarted.results[0]["digest"] == restarted.results[1]["digest"]
+    # Same data order, same restored state: the uninterrupted job's weights (measured bit-identical).
+    whole = _weights(uninterrupted["folder"] / "workers", 0)
+    assert _max_difference(_weights(tmp_path / "resumed", 0), whole) == 0.0
+    assert restarted.results[0]["history"] == uninterrupted["result"].results[0]["history"]
+    assert not (checkpoints / ".worker-1-tmp").exists()  # non-chief temp checkpoints are deleted
+    _assert_nothing_left(restarted)
