@@ -138,10 +138,10 @@ def run_once(tmp_path_factory) -> Iterator[RunOnce]:
 # those selected), so their minutes overlap other tests instead of a worker waiting for them.
 BACKGROUND = {
     "batchnorm": ("tests.unit.test_batchnorm:children", ["tests.unit.test_batchnorm"]),
-    "averaging": ("tests.unit.test_averaging:children", ["tests.unit.test_averaging"]),
-    "parallel": ("tests.unit.test_parallel:children", ["tests.unit.test_parallel"]),
-    "towers": ("tests.unit.test_bench:towers_children",
-               ["tests.unit.test_bench", "tests.unit.keras2.test_fit_generator"]),
+    "averaging": ("tests.unit.test_parameter_averaging:children", ["tests.unit.test_parameter_averaging"]),
+    "parallel": ("tests.unit.test_data_parallel:children", ["tests.unit.test_data_parallel"]),
+    "towers": ("tests.unit.speed.test_study:towers_children",
+               ["tests.unit.speed.test_study", "tests.unit.keras2.test_fit_generator"]),
 }  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The child process of test_parallel.py: the towers model against one device, on N simulated devices.
+"""The child process of test_data_parallel.py: the towers model against one device, on N simulated devices.
 
     python tests/unit/data_parallel_child.py N      # N = 2 or 4, one process each
 

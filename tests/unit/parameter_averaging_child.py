@@ -1,4 +1,4 @@
-"""The child process of test_averaging.py: ParallelWrapper on 2 simulated devices.
+"""The child process of test_parameter_averaging.py: ParallelWrapper on 2 simulated devices.
 
     python tests/unit/parameter_averaging_child.py
 
