@@ -115,13 +115,7 @@ class ImageDataGenerator(_GeneratorBase):
             )
         }
         width_shift, height_shift = _check_settings(
-            zca_epsilon,
-            rotation_range,
-            width_shift_range,
-            height_shift_range,
-            fill_mode,
-            cval,
-            rescale,
+            zca_epsilon, rotation_range, width_shift_range, height_shift_range, fill_mode, cval, rescale,
             data_format,
         )
 
@@ -148,7 +142,10 @@ class ImageDataGenerator(_GeneratorBase):
         self._width_shift, self._height_shift = width_shift, height_shift
         self._fit_shape: tuple[int, ...] | None = None
 
-        # Keras 2's overrides, with its warnings.
+        self._keras2_overrides()
+
+    def _keras2_overrides(self) -> None:
+        """Keras 2's overrides between the standardisation flags, with its warnings."""
         if self.zca_whitening:
             if not self.featurewise_center:
                 self.featurewise_center = True
@@ -471,7 +468,8 @@ class ImageDataGenerator(_GeneratorBase):
 
 
 def _warn(message: str) -> None:
-    warnings.warn(f"This ImageDataGenerator specifies {message}", UserWarning, stacklevel=3)
+    # The caller of ImageDataGenerator(...), past _keras2_overrides and __init__.
+    warnings.warn(f"This ImageDataGenerator specifies {message}", UserWarning, stacklevel=4)
 
 
 def _as_targets(y: Any) -> np.ndarray:

@@ -71,6 +71,31 @@ class ZCAWhitening(keras.layers.Layer):
         return {**super().get_config(), "features": self.features}
 
 
+def _translation_factors(generator: _GeneratorBase, input_shape: Any) -> list[float]:
+    """The (height, width) shifts as the fractions of the image ``RandomTranslation`` takes."""
+    factors = []
+    for shift, parameter, axis in ((generator._height_shift, "height_shift_range", 0),
+                                   (generator._width_shift, "width_shift_range", 1)):  # fmt: skip
+        if shift.kind in ("int", "choice"):
+            raise ValueError(
+                f"augmentation_layers: {parameter}={getattr(generator, parameter)!r} picks whole "
+                "values, which keras.layers.RandomTranslation cannot; pass a float range (e.g. 0.1), "
+                "or use generator.flow() or generator.as_dataset(), which support every Keras 2 form."
+            )
+        if shift.kind == "none":
+            factors.append(0.0)
+        elif shift.fraction:
+            factors.append(shift.values[0])
+        elif input_shape is None:
+            raise ValueError(
+                f"augmentation_layers: {parameter}={shift.values[0]} is in pixels, and the layers "
+                "need a fraction of the image: pass input_shape=(height, width, channels)."
+            )
+        else:
+            factors.append(min(shift.values[0] / input_shape[axis], 1.0))
+    return factors
+
+
 def augmentation_layers(
     generator: _GeneratorBase,
     *,
@@ -99,26 +124,7 @@ def augmentation_layers(
         or not all(is_whole(v) and v >= 1 for v in input_shape)
     ):
         raise ValueError(f"input_shape must be (height, width, channels), got {input_shape!r}.")
-    factors = []
-    for shift, parameter, axis in ((generator._height_shift, "height_shift_range", 0),
-                                   (generator._width_shift, "width_shift_range", 1)):  # fmt: skip
-        if shift.kind in ("int", "choice"):
-            raise ValueError(
-                f"augmentation_layers: {parameter}={getattr(generator, parameter)!r} picks whole "
-                "values, which keras.layers.RandomTranslation cannot; pass a float range (e.g. 0.1), "
-                "or use generator.flow() or generator.as_dataset(), which support every Keras 2 form."
-            )
-        if shift.kind == "none":
-            factors.append(0.0)
-        elif shift.fraction:
-            factors.append(shift.values[0])
-        elif input_shape is None:
-            raise ValueError(
-                f"augmentation_layers: {parameter}={shift.values[0]} is in pixels, and the layers "
-                "need a fraction of the image: pass input_shape=(height, width, channels)."
-            )
-        else:
-            factors.append(min(shift.values[0] / input_shape[axis], 1.0))
+    factors = _translation_factors(generator, input_shape)
     generator._check_fitted("augmentation_layers", None if input_shape is None else tuple(input_shape))
 
     def seeded(offset: int) -> int | None:

@@ -161,40 +161,17 @@ class _RanOut(keras.callbacks.Callback):
         )
 
 
-def fit_generator(
+def _check_arguments(
     model: Any,
     generator: Any,
-    steps_per_epoch: int | None = None,
-    epochs: int = 1,
-    verbose: Any = "auto",
-    callbacks: Any = None,
-    validation_data: Any = None,
-    validation_steps: int | None = None,
-    class_weight: dict[int, float] | None = None,
-    max_queue_size: int = 10,
-    workers: int = 1,
-    use_multiprocessing: bool = False,
-    shuffle: bool = True,
-    initial_epoch: int = 0,
-) -> Any:
-    """Keras 2's ``model.fit_generator(...)`` on Keras 3: returns ``model.fit``'s History.
-
-    `generator` is a Python generator (or iterator) of batches, a
-    ``keras.utils.PyDataset`` (such as ``ImageDataGenerator.flow(...)``), a
-    Keras 2 ``Sequence`` or a ``tf.data.Dataset``. As in Keras 2, every epoch
-    trains `steps_per_epoch` batches taken from one endless stream: a PyDataset
-    or Sequence is read round and round (`EndlessBatches`; ``on_epoch_end`` at
-    each pass boundary), a finite tf.data.Dataset repeats, and a Python
-    generator is read on from where the last epoch stopped; if it ends, a
-    ValueError says so. Without `steps_per_epoch`, an epoch is one pass
-    (``len(generator)``); a generator needs it. `validation_steps` works the
-    same way for `validation_data`.
-
-    `workers`, `use_multiprocessing` and `max_queue_size` apply to a PyDataset
-    or Sequence only (Keras 3 reads them from the PyDataset, which is left as it
-    was); for anything else a warning says they are ignored. `shuffle` shuffles
-    the batch order of each pass of a PyDataset or Sequence, as in Keras 2.
-    """
+    steps_per_epoch: Any,
+    epochs: Any,
+    validation_data: Any,
+    validation_steps: Any,
+    class_weight: Any,
+    initial_epoch: Any,
+) -> tuple[str, str | None]:
+    """The kinds of `generator` and `validation_data`, once every argument is known good."""
     if not hasattr(model, "fit"):
         raise TypeError(f"model must be a Keras model, got {type(model).__name__}.")
     if isinstance(generator, tuple | list | np.ndarray):
@@ -231,7 +208,13 @@ def fit_generator(
             "cannot tell where the validation pass ends. Pass "
             "validation_steps=math.ceil(n_validation_samples / batch_size)."
         )
+    return kind, validation_kind
 
+
+def _loader_options(
+    generator: Any, kind: str, workers: Any, use_multiprocessing: Any, max_queue_size: Any
+) -> dict:
+    """Keras 2's loader options the caller changed; a warning where Keras 3 cannot apply them."""
     requested = {
         name: value
         for name, value in (
@@ -251,6 +234,48 @@ def fit_generator(
             UserWarning,
             stacklevel=2,
         )
+    return requested
+
+
+def fit_generator(
+    model: Any,
+    generator: Any,
+    steps_per_epoch: int | None = None,
+    epochs: int = 1,
+    verbose: Any = "auto",
+    callbacks: Any = None,
+    validation_data: Any = None,
+    validation_steps: int | None = None,
+    class_weight: dict[int, float] | None = None,
+    max_queue_size: int = 10,
+    workers: int = 1,
+    use_multiprocessing: bool = False,
+    shuffle: bool = True,
+    initial_epoch: int = 0,
+) -> Any:
+    """Keras 2's ``model.fit_generator(...)`` on Keras 3: returns ``model.fit``'s History.
+
+    `generator` is a Python generator (or iterator) of batches, a
+    ``keras.utils.PyDataset`` (such as ``ImageDataGenerator.flow(...)``), a
+    Keras 2 ``Sequence`` or a ``tf.data.Dataset``. As in Keras 2, every epoch
+    trains `steps_per_epoch` batches taken from one endless stream: a PyDataset
+    or Sequence is read round and round (`EndlessBatches`; ``on_epoch_end`` at
+    each pass boundary), a finite tf.data.Dataset repeats, and a Python
+    generator is read on from where the last epoch stopped; if it ends, a
+    ValueError says so. Without `steps_per_epoch`, an epoch is one pass
+    (``len(generator)``); a generator needs it. `validation_steps` works the
+    same way for `validation_data`.
+
+    `workers`, `use_multiprocessing` and `max_queue_size` apply to a PyDataset
+    or Sequence only (Keras 3 reads them from the PyDataset, which is left as it
+    was); for anything else a warning says they are ignored. `shuffle` shuffles
+    the batch order of each pass of a PyDataset or Sequence, as in Keras 2.
+    """
+    kind, validation_kind = _check_arguments(
+        model, generator, steps_per_epoch, epochs, validation_data, validation_steps, class_weight,
+        initial_epoch,
+    )
+    requested = _loader_options(generator, kind, workers, use_multiprocessing, max_queue_size)
 
     # Check everything (the validation data too) before any work starts.
     data, steps = _stream(generator, kind, steps_per_epoch, "generator", bool(shuffle), requested)

@@ -8,7 +8,6 @@ variable, the optimizer and metric state and the position; a restart trains only
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from pathlib import Path
@@ -16,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import check_whole
 from mgtutor.saving import save_model
 from mgtutor.training import checkpoints
 from mgtutor.training.feeding import epoch_rows
+from mgtutor.training.plan import FitPlan, plan_fit
 
 EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}
 BEST_FILE = "best.weights.h5"
@@ -47,39 +46,6 @@ _PASSED_TO_FIT = {
 # --------------------------------------------------------------------------- checks
 
 
-def _leaves(data: Any, name: str) -> list[np.ndarray]:
-    import keras
-
-    if data is None:
-        raise ValueError(f"{name} is required: resumable_fit trains on in-memory arrays (x, y).")
-    leaves = keras.tree.flatten(data)
-    if not leaves or not all(isinstance(a, np.ndarray) or hasattr(a, "__array__") for a in leaves):
-        raise TypeError(
-            f"{name} must be a NumPy array (or a list/dict of them), got {type(data).__name__}. "
-            "resumable_fit replays an exact batch order, which needs the data in memory; "
-            "convert a tf.data pipeline with np.asarray or use model.fit with BackupAndRestore."
-        )
-    return [np.asarray(a) for a in leaves]
-
-
-def _num_examples(x: Any, y: Any, sample_weight: Any) -> int:
-    lengths: dict[str, set[int]] = {}
-    for name, data in (("x", x), ("y", y), ("sample_weight", sample_weight)):
-        if name == "sample_weight" and data is None:
-            continue
-        for leaf in _leaves(data, name):
-            if leaf.ndim == 0:
-                raise ValueError(f"{name} must have a batch axis; got a scalar.")
-            lengths.setdefault(name, set()).add(len(leaf))
-    if len(set().union(*lengths.values())) != 1:
-        found = ", ".join(f"{name}: {'/'.join(map(str, sorted(n)))}" for name, n in lengths.items())
-        raise ValueError(f"x, y (and sample_weight) must hold as many examples each; found {found}.")
-    n = lengths["x"].pop()
-    if n < 1:
-        raise ValueError("x is empty: there is nothing to train on.")
-    return n
-
-
 def _mode_for(monitor: str, mode: str) -> str:
     if mode not in ("auto", "min", "max"):
         raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}.")
@@ -92,23 +58,22 @@ def _mode_for(monitor: str, mode: str) -> str:
 # --------------------------------------------------------------------------- data
 
 
-def _batches(arrays: Any, n: int, batch_size: int, seed: int, first: int, last: int, skip: int) -> Any:
+def _batches(plan: FitPlan, first: int, last: int, skip: int) -> Any:
     """Epochs first..last-1, each in its (seed, epoch) order, batched; the first `skip` batches left out."""
     import keras
     import tensorflow as tf
 
     def one_epoch(epoch: Any) -> Any:
-        return epoch_rows(n, seed, epoch).batch(batch_size)
+        return epoch_rows(plan.num_examples, plan.seed, epoch).batch(plan.batch_size)
 
-    steps = math.ceil(n / batch_size)
     indices = tf.data.Dataset.range(first, last).flat_map(one_epoch).skip(skip)
     # As Keras does for arrays: the data once, batches gathered by index.
-    data = tf.data.Dataset.from_tensors(arrays).repeat()
+    data = tf.data.Dataset.from_tensors(plan.arrays).repeat()
     dataset = tf.data.Dataset.zip((indices, data)).map(
         lambda index, arrays: keras.tree.map_structure(lambda a: tf.gather(a, index), arrays)
     )
     # A known length lets Keras size the progress bar and end the epoch without a warning.
-    count = steps * (last - first) - skip
+    count = plan.steps_per_epoch * (last - first) - skip
     return dataset.apply(tf.data.experimental.assert_cardinality(count)).prefetch(tf.data.AUTOTUNE)
 
 
@@ -236,6 +201,175 @@ def _progress_bar(epochs: int) -> Any:
 # --------------------------------------------------------------------------- resumable_fit
 
 
+def _check_model(model: Any, strategy: Any) -> Any:
+    """The strategy to train under, once the model is known to be compiled under it."""
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}.")
+    if not getattr(model, "compiled", False) or model.optimizer is None:
+        raise ValueError(
+            f"model {model.name!r} is not compiled; call model.compile(optimizer=..., loss=...) "
+            "first (inside strategy.scope() when training with a strategy)."
+        )
+    if getattr(model.optimizer, "use_ema", False):
+        raise ValueError(
+            "the optimizer has use_ema=True: fit swaps the averaged weights in when it ends, and "
+            "a resumed run ends a fit at the restart point, so it would not match an "
+            "uninterrupted run. Compile with use_ema=False for resumable training."
+        )
+    if strategy is None:
+        return model.distribute_strategy
+    if model.distribute_strategy is not strategy:
+        raise ValueError(
+            f"model {model.name!r} was not built under this strategy. Build and compile it "
+            "inside `with strategy.scope():`, then pass the same strategy."
+        )
+    return strategy
+
+
+def _check_fit_kwargs(fit_kwargs: dict[str, Any]) -> None:
+    for name, why in _OWN_ARGUMENTS.items():
+        if name in fit_kwargs:
+            raise TypeError(f"resumable_fit does not take {name}=: {why}.")
+    unknown = sorted(set(fit_kwargs) - _PASSED_TO_FIT)
+    if unknown:
+        raise TypeError(
+            f"resumable_fit got unexpected argument(s) {', '.join(unknown)}; besides its own it "
+            f"passes these to fit: {', '.join(sorted(_PASSED_TO_FIT))}."
+        )
+
+
+def _check_monitor(monitor: Any, mode: Any, plan: FitPlan) -> tuple[str, str]:
+    has_validation = plan.fit_options.get("validation_data") is not None
+    monitor = monitor or ("val_loss" if has_validation else "loss")
+    if not isinstance(monitor, str):
+        raise TypeError(f"monitor must be the name of a logged value such as 'val_loss', got {monitor!r}.")
+    return monitor, _mode_for(monitor, mode)
+
+
+def _build(model: Any, strategy: Any, plan: FitPlan, state: Any) -> None:
+    """Model and optimizer variables created (a state can only be restored into them), then checked."""
+    import keras
+
+    with strategy.scope():
+        if not model.built:  # keras#20712
+            first = keras.tree.map_structure(lambda a: np.asarray(a)[: plan.batch_size], plan.x)
+            model(first, training=False)
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+    if state is not None:  # a different model is refused before anything changes
+        folder = plan.checkpoint_dir
+        checkpoints.check_shapes(model.variables, state[1].get("model", []), "model", folder)
+        optimizer = state[1].get("optimizer", [])
+        checkpoints.check_shapes(model.optimizer.variables, optimizer, "optimizer", folder)
+
+
+def _restore(checkpointer: _Checkpointer, strategy: Any, state: Any, replicas: int) -> tuple[int, int] | None:
+    """The saved state put back into the model and `checkpointer.meta`; where the run resumes."""
+    if state is None:
+        return None
+    model, meta, folder = checkpointer.model, checkpointer.meta, checkpointer.folder
+    saved, groups = state
+    checkpoints.warn_other_replicas(saved, replicas, "resumable_fit")
+    with strategy.scope():
+        checkpoints.restore(model.variables, groups.get("model", []), "model", folder)
+        checkpoints.restore(model.optimizer.variables, groups.get("optimizer", []), "optimizer", folder)
+    meta.update({k: saved[k] for k in ("epoch", "step", "history", "best", "best_epoch", "stopped")})
+    if saved.get("monitor") != meta["monitor"]:
+        meta.update(best=None, best_epoch=None)  # a best of another quantity means nothing here
+    if meta["step"] > 0:
+        checkpointer.skip[meta["epoch"]] = meta["step"]
+        checkpointer.metric_values = (groups.get("metrics", []), groups.get("metric_replicas"))
+    return meta["epoch"], meta["step"]
+
+
+def _announce(say: Any, plan: FitPlan, resumed_from: tuple[int, int] | None) -> None:
+    folder, steps = plan.checkpoint_dir, plan.steps_per_epoch
+    if resumed_from is None:
+        say(
+            f"resumable_fit: new run in {folder}: {plan.epochs} epochs of {steps} batches, state "
+            f"saved every {plan.save_every_steps} batches and at each epoch end."
+        )
+    else:
+        start, skip = resumed_from
+        say(
+            f"resumable_fit: resuming {folder} at epoch {start + 1}/{plan.epochs}, after batch "
+            f"{skip} of {steps}; the {skip} batches already trained are skipped."
+        )
+
+
+def _train(model: Any, plan: FitPlan, checkpointer: _Checkpointer) -> Any:
+    """Keras ``fit`` over what is left: the rest of an interrupted epoch, then the epochs after it."""
+    import keras
+
+    meta, start, skip = checkpointer.meta, checkpointer.meta["epoch"], checkpointer.meta["step"]
+    if checkpointer.metric_values is not None and len(model.metrics_variables) != len(
+        checkpointer.metric_values[0]
+    ):
+        # Without a strategy Keras creates the metric variables at the first step;
+        # one evaluation creates them now, so the restore has somewhere to go.
+        model.evaluate(_batches(plan, start, start + 1, 0).take(1), verbose=0)
+    callbacks = [_make_callback(checkpointer), *plan.callbacks]
+    if plan.verbose and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in plan.callbacks):
+        callbacks.append(_progress_bar(plan.epochs))
+    segments = []
+    if skip > 0:  # the rest of the interrupted epoch: an epoch of its own length
+        segments.append((start, start + 1, skip, None))
+        start += 1
+    if start < plan.epochs:
+        segments.append((start, plan.epochs, 0, plan.steps_per_epoch))
+    last = None
+    for first, end, skip_batches, steps_per_epoch in segments:
+        last = model.fit(
+            _batches(plan, first, end, skip_batches),
+            epochs=end,
+            initial_epoch=first,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,  # the order is already set; this only silences Keras' warning
+            callbacks=callbacks,
+            verbose=plan.verbose,
+            **plan.fit_options,
+        )
+        if model.stop_training:
+            meta["stopped"] = True
+            checkpointer.save(meta["epoch"], meta["step"])
+            break
+    return last
+
+
+def _run(model: Any, strategy: Any, plan: FitPlan, monitor: str, mode: str) -> Any:
+    """Restore the state a checkpoint holds (refusing another run's), then train what is left."""
+    import keras
+    import tensorflow as tf
+
+    replicas = int(strategy.num_replicas_in_sync)
+    folder = plan.checkpoint_dir
+    state = checkpoints.read_state(folder) if folder.is_dir() else None
+    if state is not None:
+        checkpoints.check_same_settings(folder, state[0], plan.settings)
+
+    keras.utils.set_random_seed(plan.seed)
+    _build(model, strategy, plan, state)
+    tf.config.experimental.enable_op_determinism()
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = checkpoints.new_state(
+        plan.settings, replicas=replicas, best=None, best_epoch=None, monitor=monitor, keras=keras.__version__
+    )
+    checkpointer = _Checkpointer(model, folder, meta, plan.save_every_steps, monitor, mode)
+    resumed_from = _restore(checkpointer, strategy, state, replicas)
+    say = print if plan.verbose else (lambda *_: None)
+    params = {"epochs": plan.epochs, "steps": plan.steps_per_epoch, "verbose": plan.verbose}
+    if meta["stopped"] or meta["epoch"] >= plan.epochs:
+        why = "stopped early (stop_training)" if meta["stopped"] else f"reached epoch {meta['epoch']}"
+        say(f"resumable_fit: the run in {folder} already {why}; restored its final weights.")
+        return checkpoints.history_of(model, meta, params, resumed_from)
+    _announce(say, plan, resumed_from)
+    last = _train(model, plan, checkpointer)
+    params = {**(getattr(last, "params", None) or {}), "epochs": plan.epochs, "steps": plan.steps_per_epoch}
+    return checkpoints.history_of(model, meta, params, resumed_from)
+
+
 def resumable_fit(
     model: Any,
     x: Any,
@@ -274,159 +408,23 @@ def resumable_fit(
     moving statistics (one copy per replica, each updated from its own slice)
     are averaged before every save and validation, so the files hold the
     statistics of all the data and a resumed run stays bit-identical. A resume
-    mid-epoch runs ``fit`` twice (the
-    rest of that epoch, then the epochs after it), so `callbacks` see two
-    ``on_train_begin``/``on_train_end`` pairs in that process.
+    mid-epoch runs ``fit`` twice (the rest of that epoch, then the epochs after
+    it), so `callbacks` see two ``on_train_begin``/``on_train_end`` pairs in
+    that process.
     """
-    import keras
 
-    # ---- every check before any work
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}.")
-    if not getattr(model, "compiled", False) or model.optimizer is None:
-        raise ValueError(
-            f"model {model.name!r} is not compiled; call model.compile(optimizer=..., loss=...) "
-            "first (inside strategy.scope() when training with a strategy)."
-        )
-    folder = checkpoints.checkpoint_folder(checkpoint_dir)
-    epochs = check_whole("epochs", epochs, 1)
-    batch_size = check_whole("batch_size", batch_size, 1)
-    save_every_steps = check_whole("save_every_steps", save_every_steps, 1)
-    seed = check_whole("seed", seed, 0)
-    for name, why in _OWN_ARGUMENTS.items():
-        if name in fit_kwargs:
-            raise TypeError(f"resumable_fit does not take {name}=: {why}.")
-    unknown = sorted(set(fit_kwargs) - _PASSED_TO_FIT)
-    if unknown:
-        raise TypeError(
-            f"resumable_fit got unexpected argument(s) {', '.join(unknown)}; besides its own it "
-            f"passes these to fit: {', '.join(sorted(_PASSED_TO_FIT))}."
-        )
-    callbacks = fit_kwargs.pop("callbacks", None) or []
-    callbacks = [callbacks] if isinstance(callbacks, keras.callbacks.Callback) else list(callbacks)
-    checkpoints.refuse_backup_and_restore(
-        callbacks,
-        "Remove the BackupAndRestore callback: resumable_fit saves the whole state and resumes mid-epoch.",
-    )
-    n = _num_examples(x, y, sample_weight)
-    if strategy is None:
-        strategy = model.distribute_strategy
-    elif model.distribute_strategy is not strategy:
-        raise ValueError(
-            f"model {model.name!r} was not built under this strategy. Build and compile it "
-            "inside `with strategy.scope():`, then pass the same strategy."
-        )
+    strategy = _check_model(model, strategy)
+    _check_fit_kwargs(fit_kwargs)
     replicas = int(strategy.num_replicas_in_sync)
-    if replicas > 1:
-        from mgtutor.data_parallel import check_batch_divisible
-
-        check_batch_divisible(batch_size, replicas)
-    monitor = monitor or ("val_loss" if fit_kwargs.get("validation_data") is not None else "loss")
-    if not isinstance(monitor, str):
-        raise TypeError(f"monitor must be the name of a logged value such as 'val_loss', got {monitor!r}.")
-    mode = _mode_for(monitor, mode)
-    if getattr(model.optimizer, "use_ema", False):
-        raise ValueError(
-            "the optimizer has use_ema=True: fit swaps the averaged weights in when it ends, and "
-            "a resumed run ends a fit at the restart point, so it would not match an "
-            "uninterrupted run. Compile with use_ema=False for resumable training."
-        )
-    steps = math.ceil(n / batch_size)
-    arrays = (x, y) if sample_weight is None else (x, y, sample_weight)
-    settings = {"batch_size": batch_size, "seed": seed, "num_examples": n, "steps_per_epoch": steps,
-                "data": checkpoints.fingerprint(arrays, n)}  # fmt: skip
-    state = checkpoints.read_state(folder) if folder.is_dir() else None
-    if state is not None:
-        checkpoints.check_same_settings(folder, state[0], settings)
-
-    # ---- set up
-    import tensorflow as tf
-
-    verbose = fit_kwargs.get("verbose", "auto")
-    say = print if verbose not in (0, False) else (lambda *_: None)
-    keras.utils.set_random_seed(seed)
-    with strategy.scope():
-        if not model.built:  # keras#20712: state can only be restored into existing variables
-            first = keras.tree.map_structure(lambda a: np.asarray(a)[:batch_size], x)
-            model(first, training=False)
-        if not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-    if state is not None:  # a different model is refused before anything changes
-        checkpoints.check_shapes(model.variables, state[1].get("model", []), "model", folder)
-        checkpoints.check_shapes(
-            model.optimizer.variables, state[1].get("optimizer", []), "optimizer", folder
-        )
-    tf.config.experimental.enable_op_determinism()
-    folder.mkdir(parents=True, exist_ok=True)
-
-    meta = checkpoints.new_state(settings, replicas=replicas, best=None, best_epoch=None, monitor=monitor,
-                                 keras=keras.__version__)  # fmt: skip
-    checkpointer = _Checkpointer(model, folder, meta, save_every_steps, monitor, mode)
-    resumed_from = None
-    if state is not None:
-        saved, groups = state
-        checkpoints.warn_other_replicas(saved, replicas, "resumable_fit")
-        with strategy.scope():
-            checkpoints.restore(model.variables, groups.get("model", []), "model", folder)
-            checkpoints.restore(model.optimizer.variables, groups.get("optimizer", []), "optimizer", folder)
-        meta.update({k: saved[k] for k in ("epoch", "step", "history", "best", "best_epoch", "stopped")})
-        if saved.get("monitor") != monitor:
-            meta.update(best=None, best_epoch=None)  # a best of another quantity means nothing here
-        resumed_from = (meta["epoch"], meta["step"])
-        if meta["step"] > 0:
-            checkpointer.skip[meta["epoch"]] = meta["step"]
-            checkpointer.metric_values = (groups.get("metrics", []), groups.get("metric_replicas"))
-
-    start, skip = meta["epoch"], meta["step"]
-    if meta["stopped"] or start >= epochs:
-        why = "stopped early (stop_training)" if meta["stopped"] else f"reached epoch {start}"
-        say(f"resumable_fit: the run in {folder} already {why}; restored its final weights.")
-        return checkpoints.history_of(
-            model, meta, {"epochs": epochs, "steps": steps, "verbose": verbose}, resumed_from
-        )
-    if resumed_from is None:
-        say(
-            f"resumable_fit: new run in {folder}: {epochs} epochs of {steps} batches, state "
-            f"saved every {save_every_steps} batches and at each epoch end."
-        )
-    else:
-        say(
-            f"resumable_fit: resuming {folder} at epoch {start + 1}/{epochs}, after batch "
-            f"{skip} of {steps}; the {skip} batches already trained are skipped."
-        )
-
-    if checkpointer.metric_values is not None and len(model.metrics_variables) != len(
-        checkpointer.metric_values[0]
-    ):
-        # Without a strategy Keras creates the metric variables at the first step;
-        # one evaluation creates them now, so the restore has somewhere to go.
-        probe = _batches(arrays, n, batch_size, seed, start, start + 1, 0).take(1)
-        model.evaluate(probe, verbose=0)
-    all_callbacks = [_make_callback(checkpointer), *callbacks]
-    if verbose not in (0, False) and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
-        all_callbacks.append(_progress_bar(epochs))
-    last = None
-    segments = []
-    if skip > 0:  # the rest of the interrupted epoch: an epoch of its own length
-        segments.append((start, start + 1, skip, None))
-        start += 1
-    if start < epochs:
-        segments.append((start, epochs, 0, steps))
-    for first, end, skip_batches, steps_per_epoch in segments:
-        dataset = _batches(arrays, n, batch_size, seed, first, end, skip_batches)
-        last = model.fit(
-            dataset,
-            epochs=end,
-            initial_epoch=first,
-            steps_per_epoch=steps_per_epoch,
-            shuffle=False,  # the order is already set; this only silences Keras' warning
-            callbacks=all_callbacks,
-            **fit_kwargs,
-        )
-        if model.stop_training:
-            meta["stopped"] = True
-            checkpointer.save(meta["epoch"], meta["step"])
-            break
-    params = dict(getattr(last, "params", None) or {})
-    params.update(epochs=epochs, steps=steps)
-    return checkpoints.history_of(model, meta, params, resumed_from)
+    plan = plan_fit(
+        replicas=replicas, x=x, y=y, sample_weight=sample_weight, batch_size=batch_size, epochs=epochs,
+        seed=seed, whole_batches=False, callbacks=fit_kwargs.pop("callbacks", None),
+        verbose=fit_kwargs.pop("verbose", "auto"), checkpoint_dir=checkpoint_dir,
+        save_every_steps=save_every_steps, save_every_name="save_every_steps", fit_options=fit_kwargs,
+        backup_fix="Remove the BackupAndRestore callback: resumable_fit saves the whole state and "
+        "resumes mid-epoch.",
+    )  # fmt: skip
+    if plan.checkpoint_dir is None:
+        raise TypeError("checkpoint_dir is required: a folder for the run's state, e.g. 'runs/cifar10'.")
+    monitor, mode = _check_monitor(monitor, mode, plan)
+    return _run(model, strategy, plan, monitor, mode)

@@ -25,7 +25,7 @@ from mgtutor.progress import EpochSummaries
 from mgtutor.training import checkpoints
 from mgtutor.training.feeding import distributed, epoch_batches, padded_rows
 from mgtutor.training.losses import make_metric, per_example_loss
-from mgtutor.training.plan import Plan, check_arrays, plan_fit
+from mgtutor.training.plan import FitPlan, check_arrays, plan_fit
 from mgtutor.training.worker import is_chief, num_workers
 
 # --------------------------------------------------------------------------- strategies
@@ -345,20 +345,22 @@ class Trainer:
         CSVLogger) belong on the chief only (``[...] if trainer.is_chief else []``).
         """
         plan = plan_fit(
-            self.num_replicas, x, y, batch_size, epochs, steps_per_epoch, validation_data,
-            validation_batch_size, shuffle, seed, callbacks, verbose, checkpoint_dir, checkpoint_every_steps,
-            log_dir,
+            replicas=self.num_replicas, x=x, y=y, plain_arrays=True, batch_size=batch_size,
+            epochs=epochs, seed=seed, whole_batches=True, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
+            callbacks=callbacks, verbose=verbose, checkpoint_dir=checkpoint_dir,
+            save_every_steps=checkpoint_every_steps, validation_data=validation_data,
+            validation_batch_size=validation_batch_size, log_dir=log_dir,
         )  # fmt: skip
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
         self._build_metrics(plan.x, plan.y)
         state, checkpointer, resumed_from = self._start(plan, say)
         callback_list = keras.callbacks.CallbackList(
-            plan.callbacks,
+            list(plan.callbacks),
             add_progbar=bool(plan.verbose and self.is_chief),
             model=self.model,
             verbose=plan.verbose,
             epochs=plan.epochs,
-            steps=plan.steps,
+            steps=plan.steps_per_epoch,
         )
         summaries = EpochSummaries(plan.log_dir) if plan.log_dir is not None and self.is_chief else None
         trained = 0
@@ -374,14 +376,14 @@ class Trainer:
         history = checkpoints.history_of(
             self.model,
             state,
-            {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.steps},
+            {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.steps_per_epoch},
             resumed_from,
         )
         history.steps_trained = trained
         self.history = history
         return history
 
-    def _start(self, plan: Plan, say: Callable[..., None]) -> tuple[dict, _Checkpointer | None, Any]:
+    def _start(self, plan: FitPlan, say: Callable[..., None]) -> tuple[dict, _Checkpointer | None, Any]:
         """The run's state, fresh or restored from a checkpoint of the same run; where it resumed."""
         state = checkpoints.new_state(plan.settings, replicas=self.num_replicas)
         if plan.checkpoint_dir is None:
@@ -402,13 +404,13 @@ class Trainer:
         epoch, step = state["epoch"], state["step"]
         say(
             f"Trainer: resuming {plan.checkpoint_dir} at epoch {epoch + 1}/{plan.epochs}, batch "
-            f"{step}/{plan.steps} (global step {epoch * plan.steps + step})."
+            f"{step}/{plan.steps_per_epoch} (global step {epoch * plan.steps_per_epoch + step})."
         )
         return state, checkpointer, (epoch, step)
 
     def _train(
         self,
-        plan: Plan,
+        plan: FitPlan,
         state: dict[str, Any],
         checkpointer: _Checkpointer | None,
         callback_list: Any,
@@ -416,13 +418,15 @@ class Trainer:
         say: Callable[..., None],
     ) -> int:
         """The epoch loop, from the position in `state`; returns the number of steps run."""
-        steps, start_epoch, start_step = plan.steps, int(state["epoch"]), int(state["step"])
+        steps, start_epoch, start_step = plan.steps_per_epoch, int(state["epoch"]), int(state["step"])
         batches = epoch_batches(
-            len(plan.x), plan.batch_size, steps, plan.seed, plan.shuffle, start_epoch, plan.epochs
+            plan.num_examples, plan.batch_size, steps, plan.seed, plan.shuffle, start_epoch, plan.epochs
         ).skip(start_step)  # the batches of the interrupted epoch trained before the kill
         iterator = iter(distributed(self.strategy, batches, (plan.x, plan.y), plan.batch_size))
         train_step = self._train_function(plan.batch_size)
-        validation = self._validation(*plan.validation) if plan.validation is not None else None
+        validation = None
+        if plan.validation is not None:
+            validation = self._validation(plan.validation.x, plan.validation.y, plan.validation.batch_size)
 
         def save(epoch: int, step: int) -> None:
             self._average_statistics()  # the checkpoint holds one value per variable
@@ -447,7 +451,7 @@ class Trainer:
                 logs = {k: float(v) for k, v in train_step(iterator).items()}
                 trained += 1
                 callback_list.on_train_batch_end(step, logs)
-                due = plan.checkpoint_every and (epoch * steps + step + 1) % plan.checkpoint_every == 0
+                due = plan.save_every_steps and (epoch * steps + step + 1) % plan.save_every_steps == 0
                 if checkpointer is not None and due and step + 1 < steps:  # the epoch end saves anyway
                     save(epoch, step + 1)
                 if self.model.stop_training:
