@@ -75,7 +75,7 @@ _EXPORTS = {
     "show_images": "plots",
     "plot_history": "plots",
     "plot_against_baseline": "plots",
-    "plot_scaling": "plots",
+    "plot_scaling": "speed.figure",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,5 @@
-"""The figures the notebooks share: image grids, learning curves, a scaling study's reading.
+"""The figures the notebooks share: image grids and learning curves (a scaling study's is in
+`mgtutor.speed.figure`).
 
 Each function returns its matplotlib Figure (the notebook shows it inline), so a
 learner can also save it with ``fig.savefig(...)``.
@@ -12,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from mgtutor._checks import check_whole
-from mgtutor.speed.reading import read_scaling, with_speedups
 
 
 def _pyplot():
@@ -109,57 +109,5 @@ def plot_against_baseline(
     axes.flat[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def plot_scaling(results: Any, *, title: str = ""):
-    """A scaling study's two panels: images/s vs devices with the ideal line, and efficiency.
-
-    `results` is what `mgtutor.speed.study.scaling_study` returns (or its saved JSON),
-    or just its list of runs. Per pipeline, the dashed line is the ideal: the
-    run on the fewest devices scaled linearly. On logical devices, which share
-    the same hardware, the ideal there is flat, and the title says so.
-    """
-    runs = results.get("runs") if isinstance(results, Mapping) else results
-    if not runs:
-        raise ValueError("results holds no runs: pass scaling_study(...)'s result or its list of runs.")
-    runs = with_speedups(runs)
-    reading = read_scaling(runs)
-    plt = _pyplot()
-    fig, (rate_axis, efficiency_axis) = plt.subplots(1, 2, figsize=(10, 3.8))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    pipelines = list(dict.fromkeys(run["pipeline"] for run in runs))
-    counts = sorted({run["devices"] for run in runs})
-    for index, pipeline in enumerate(pipelines):
-        mine = sorted((run for run in runs if run["pipeline"] == pipeline), key=lambda run: run["devices"])
-        color = colors[index % len(colors)]
-        devices = [run["devices"] for run in mine]
-        base = mine[0]
-        ideal = [base["images_per_s"] * n / base["devices"] for n in devices]
-        rate_axis.plot(devices, [run["images_per_s"] for run in mine], "-o", color=color, label=pipeline)
-        rate_axis.plot(devices, ideal, "--", color=color, alpha=0.6)
-        efficiency_axis.plot(
-            devices, [100 * run["efficiency"] for run in mine], "-o", color=color, label=pipeline
-        )
-    rate_axis.plot([], [], "--", color="gray", label="ideal: linear from the fewest devices")
-    efficiency_axis.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
-    for axis in (rate_axis, efficiency_axis):
-        axis.set_xticks(counts)
-        axis.set_xlabel("devices")
-        axis.legend(fontsize=8)
-    rate_axis.set_ylabel("training images/s")
-    rate_axis.set_ylim(bottom=0)
-    efficiency_axis.set_ylabel("efficiency (%) = speed-up / devices")
-    efficiency_axis.set_ylim(0, max(110, 10 + max(100 * run["efficiency"] for run in runs)))
-    kind = reading["device_kind"]
-    if not title:
-        model = runs[0].get("model", "")
-        title = f"{model} on {kind} devices" if model else f"{kind} devices"
-        if kind == "logical-cpu":
-            title += f": all share the same {reading['cores']} CPU core(s) ({reading['scaling']} scaling)"
-        elif kind == "logical-gpu":
-            title += f": all share one physical GPU ({reading['scaling']} scaling)"
-    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -1,15 +1,21 @@
 """Throughput measured in this process: the input pipeline alone (`pipeline_images_per_second`) and
-training on N devices (`measure_training`), whichever is slower sets the pace. Several device counts
-need several processes: `mgtutor.speed.study` runs one child per count. TensorFlow loads only when used.
+training on N devices (`measure_training`, a `Run`), whichever is slower sets the pace.
+
+Several device counts need several processes: the study (`mgtutor.speed.study`) starts this module
+once per count, ``python -m mgtutor.speed.measure CONFIG_JSON``, and reads back its runs. TensorFlow
+loads only when used.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
+import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from mgtutor._checks import check_whole
@@ -35,6 +41,67 @@ SEED_000_AUGMENTATION: dict[str, Any] = {
 
 class BenchmarkError(RuntimeError):
     """A measurement could not be made: a child process failed or timed out, or fit stopped early."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One measurement: `model` trained on `devices` devices fed by `pipeline`, and where it ran.
+
+    ``images_per_s`` is training throughput over the timed steps; ``seconds_per_epoch`` the whole
+    training split (``epoch_images``) at that rate; ``pipeline_images_per_s`` the pipeline alone.
+    The fields after ``cores_used`` say how and where it ran; a run written by hand may leave them out.
+    """
+
+    devices: int
+    pipeline: str
+    model: str
+    strategy: str
+    device_kind: str
+    batch_size_per_replica: int
+    global_batch: int
+    images_per_s: float
+    seconds_per_epoch: float
+    pipeline_images_per_s: float | None
+    cores_used: float | None = None
+    steps: int = 0
+    warmup_steps: int = 0
+    timed_seconds: float = 0.0
+    step_seconds_median: float = 0.0
+    epoch_images: int = 0
+    train_images: int = 0
+    model_params: int = 0
+    final_loss: float = float("nan")
+    device_names: tuple[str, ...] = ()
+    physical_gpus: int = 0
+    data: str = ""
+    synthetic_data: bool = False
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    load_before: float = 0.0
+    load_after: float = 0.0
+    pid: int = 0
+    hostname: str = ""
+    cpu_count: int | None = None
+    cpu_affinity: int | None = None
+    platform: str = ""
+    python: str = ""
+    tensorflow: str = ""
+    keras: str = ""
+
+    @property
+    def cores(self) -> int:
+        """The cores this process could use (its affinity), else the machine's."""
+        return self.cpu_affinity or self.cpu_count or 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "device_names": list(self.device_names)}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Run:
+        """A run back from its dict (as a child reports it, or as scaling.json holds it)."""
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in values.items() if k in known}
+        return cls(**{**kept, "device_names": tuple(kept.get("device_names", ()))})
 
 
 # --------------------------------------------------------------------------- the input alone
@@ -79,32 +146,21 @@ def pipeline_images_per_second(batches: Iterable[Any], n_batches: int, *, warmup
 # --------------------------------------------------------------------------- checks
 
 
-def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """`value`, one of `choices`, or a ValueError naming `name` and the choices."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}.")
     return value
 
 
-def _check_model(model: Any) -> str:
+def check_run_settings(
+    *, model: Any, strategy: Any, steps: Any, warmup_steps: Any, samples: Any, seed: Any
+) -> None:
+    """What every measurement shares, checked under the names the study and `measure_training` share."""
     from mgtutor.models import MODEL_BUILDERS
 
-    return _check_choice("model", model, sorted(MODEL_BUILDERS))
-
-
-def _check_run_args(
-    model: Any,
-    pipeline: Any,
-    strategy: Any,
-    batch_size_per_replica: Any,
-    steps: Any,
-    warmup_steps: Any,
-    samples: Any,
-    seed: Any,
-) -> None:
-    _check_model(model)
-    _check_choice("pipeline", pipeline, PIPELINES)
-    _check_choice("strategy", strategy, STRATEGIES)
-    check_whole("batch_size_per_replica", batch_size_per_replica, 1)
+    check_choice("model", model, sorted(MODEL_BUILDERS))
+    check_choice("strategy", strategy, STRATEGIES)
     check_whole("steps", steps, 1)
     # Timing starts when a step ends; the first step also traces the graph, so it must not count.
     check_whole("warmup_steps", warmup_steps, 1, "The first step traces the graph and must not be timed.")
@@ -217,6 +273,18 @@ def _step_clock(total_steps: int) -> Any:
     return StepClock()
 
 
+def _fit_timed(fitted: Any, batches: Any, repeats: bool, total: int) -> tuple[Any, Any]:
+    """`fit` for `total` steps; the history and the clock of each step's end."""
+    clock = _step_clock(total)
+    if repeats:
+        history = fitted.fit(
+            batches, epochs=1, steps_per_epoch=total, verbose=0, callbacks=[clock], shuffle=False
+        )
+    else:  # a PyDataset ends with its epoch: run as many epochs as the steps need
+        history = fitted.fit(batches, epochs=math.ceil(total / len(batches)), verbose=0, callbacks=[clock])
+    return history, clock
+
+
 def _measure(
     n: int,
     pipeline: str,
@@ -229,7 +297,7 @@ def _measure(
     warmup_steps: int,
     seed: int,
     device_setup: Any,
-) -> dict[str, Any]:
+) -> Run:
     """Time `steps` training steps after `warmup_steps` on already loaded data."""
     import keras
     import numpy as np
@@ -249,58 +317,34 @@ def _measure(
     fitted, params = _build_and_compile(
         model, pipeline, device_setup.names, strategy, x.shape[1:], y.shape[1], seed
     )
-    clock = _step_clock(total)
     load_before = os.getloadavg()[0]
-    if repeats:
-        history = fitted.fit(
-            batches, epochs=1, steps_per_epoch=total, verbose=0, callbacks=[clock], shuffle=False
-        )
-    else:  # a PyDataset ends with its epoch: run as many epochs as the steps need
-        epochs = math.ceil(total / len(batches))
-        history = fitted.fit(batches, epochs=epochs, verbose=0, callbacks=[clock])
+    history, clock = _fit_timed(fitted, batches, repeats, total)
     load_after = os.getloadavg()[0]
     if len(clock.ends) < total:
         raise BenchmarkError(f"{pipeline}: fit stopped after {len(clock.ends)} of {total} steps.")
     ends = np.asarray(clock.ends[warmup_steps - 1 : total])
     seconds = float(ends[-1] - ends[0])
-    cpu_seconds = clock.cpu[total - 1] - clock.cpu[warmup_steps - 1]
     images_per_s = steps * global_batch / seconds
-    return {
-        "devices": n,
-        "pipeline": pipeline,
-        "model": model,
-        "strategy": strategy if n > 1 else "none (one device)",
-        "device_kind": device_setup.kind,
-        "device_names": list(device_setup.names),
-        "physical_gpus": len(tf.config.list_physical_devices("GPU")),
-        "batch_size_per_replica": batch_size_per_replica,
-        "global_batch": global_batch,
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "timed_seconds": seconds,
-        "images_per_s": images_per_s,
-        "step_seconds_median": float(np.median(np.diff(ends))),
-        "cores_used": cpu_seconds / seconds,
-        "epoch_images": full_size,
-        "seconds_per_epoch": full_size / images_per_s,
-        "pipeline_images_per_s": producer_rate,
-        "model_params": params,
-        "final_loss": float(history.history["loss"][-1]),
-        "train_images": len(x),
-        "data": dataset.summary(),
-        "synthetic_data": bool(dataset.synthetic),
-        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-        "load_before": load_before,
-        "load_after": load_after,
-        "pid": os.getpid(),
-        **_machine(),  # then the versions TensorFlow and Keras report, which win
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-    }
+    return Run(
+        devices=n, pipeline=pipeline, model=model, strategy=strategy if n > 1 else "none (one device)",
+        device_kind=device_setup.kind, batch_size_per_replica=batch_size_per_replica,
+        global_batch=global_batch, images_per_s=images_per_s, seconds_per_epoch=full_size / images_per_s,
+        pipeline_images_per_s=producer_rate,
+        cores_used=(clock.cpu[total - 1] - clock.cpu[warmup_steps - 1]) / seconds,
+        steps=steps, warmup_steps=warmup_steps, timed_seconds=seconds,
+        step_seconds_median=float(np.median(np.diff(ends))), epoch_images=full_size, train_images=len(x),
+        model_params=params, final_loss=float(history.history["loss"][-1]),
+        device_names=tuple(device_setup.names), physical_gpus=len(tf.config.list_physical_devices("GPU")),
+        data=dataset.summary(), synthetic_data=bool(dataset.synthetic),
+        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+        inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+        load_before=load_before, load_after=load_after, pid=os.getpid(),
+        # Where it ran, then the versions TensorFlow and Keras report, which win.
+        **{**_machine(), "tensorflow": tf.__version__, "keras": keras.__version__},
+    )  # fmt: skip
 
 
-def _measure_in_process(n_devices: int, pipelines: Sequence[str], **kwargs: Any) -> list[dict[str, Any]]:
+def _measure_in_process(n_devices: int, pipelines: Sequence[str], **kwargs: Any) -> list[Run]:
     """Every pipeline for one device count, in this process: devices first, data loaded once."""
     from mgtutor.devices import setup_devices
 
@@ -326,7 +370,7 @@ def measure_training(
     data_path: str | os.PathLike | None = None,
     samples: int | None = None,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> Run:
     """Training images/s of `model` on `n_devices` devices fed by `pipeline`, in this process.
 
     Calls ``setup_devices(n_devices)`` first, so run it in a fresh process (or a
@@ -340,17 +384,21 @@ def measure_training(
     described in `PIPELINE_DESCRIPTIONS`.
     """
     n_devices = check_whole("n_devices", n_devices, 1)
-    _check_run_args(model, pipeline, strategy, batch_size_per_replica, steps, warmup_steps, samples, seed)
+    check_choice("pipeline", pipeline, PIPELINES)
+    check_whole("batch_size_per_replica", batch_size_per_replica, 1)
+    check_run_settings(
+        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed
+    )
     return _measure_in_process(
-        n_devices,
-        [pipeline],
-        model=model,
-        strategy=strategy,
-        batch_size_per_replica=batch_size_per_replica,
-        steps=steps,
-        warmup_steps=warmup_steps,
-        dataset=dataset,
-        data_path=data_path,
-        samples=samples,
+        n_devices, [pipeline], model=model, strategy=strategy, batch_size_per_replica=batch_size_per_replica,
+        steps=steps, warmup_steps=warmup_steps, dataset=dataset, data_path=data_path, samples=samples,
         seed=seed,
-    )[0]
+    )[0]  # fmt: skip
+
+
+if __name__ == "__main__":  # a study's child: python -m mgtutor.speed.measure CONFIG_JSON
+    from mgtutor.processes import report_result
+
+    config = json.loads(sys.argv[1])
+    runs = _measure_in_process(config.pop("n_devices"), config.pop("pipelines"), **config)
+    report_result({"runs": [run.as_dict() for run in runs]})

@@ -1,8 +1,8 @@
-"""Read a scaling study's numbers: speed-up, efficiency, the bottleneck, a table.
+"""What a scaling study's runs say: speed-up, efficiency, the bottleneck and a table, as a `Reading`.
 
-Plain arithmetic on the runs `mgtutor.speed.study.scaling_study` (or
-`mgtutor.speed.measure.measure_training`) records: no TensorFlow, no plotting, so the
-reading of saved numbers is quick and `mgtutor.plots.plot_scaling` can use it.
+Plain arithmetic on the `Run`s that `mgtutor.speed.measure` records: no TensorFlow, no plotting.
+`read_scaling` is the one place the numbers are read; `mgtutor.speed.figure` draws a `Reading`
+as it is, and the study prints its lines and table.
 
 Where it ran matters. Logical CPU devices (`mgtutor.setup_devices` without a
 GPU) share the same cores, and one device already uses them all, so more
@@ -13,36 +13,116 @@ show a speed-up.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from mgtutor.speed.measure import PIPELINES
+from mgtutor.speed.measure import PIPELINES, Run
 
 # A pipeline that trains this much slower than the synthetic batch at the same device
 # count is input-bound; smaller gaps are within a shared machine's run-to-run noise (~10 %).
 INPUT_BOUND_THRESHOLD = 0.15
 
 
-def with_speedups(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Copies of `runs` with ``speedup``, ``ideal_speedup`` and ``efficiency`` added.
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    """One run read against its pipeline's run on the fewest devices (normally 1).
 
-    Per pipeline, against that pipeline's run on the fewest devices (normally 1):
     speed-up = images/s / baseline images/s; ideal = devices / baseline devices;
-    efficiency = speed-up / ideal (= speed-up / n from one device).
+    efficiency = speed-up / ideal; ``ideal_images_per_s`` = baseline images/s x ideal.
     """
-    runs = [dict(run) for run in runs]
-    baselines: dict[str, dict[str, Any]] = {}
+
+    run: Run
+    baseline_devices: int
+    speedup: float
+    ideal_speedup: float
+    efficiency: float
+    ideal_images_per_s: float
+
+    @property
+    def devices(self) -> int:
+        return self.run.devices
+
+    @property
+    def pipeline(self) -> str:
+        return self.run.pipeline
+
+    @property
+    def images_per_s(self) -> float:
+        return self.run.images_per_s
+
+    def as_dict(self) -> dict[str, Any]:
+        """The run with its reading beside it (a row of ``scaling.json``'s runs)."""
+        return {
+            **self.run.as_dict(), "baseline_devices": self.baseline_devices, "speedup": self.speedup,
+            "ideal_speedup": self.ideal_speedup, "efficiency": self.efficiency,
+            "ideal_images_per_s": self.ideal_images_per_s,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """What the runs say: what speed-up the hardware allows, and whether the input limits it.
+
+    ``lines`` say it in sentences. ``input_headroom`` is a pipeline's rate alone over the rate the
+    devices train at without input cost (the synthetic run at the same device count, else the run
+    itself), per device count; ``gap_vs_synthetic`` the measured gap to the synthetic run.
+    """
+
+    points: tuple[Point, ...]
+    model: str
+    device_kind: str
+    shared_hardware: bool
+    cores: int
+    cores_per_device: dict[str, float]
+    expected_speedup: str
+    scaling: str
+    most_devices: int
+    pipelines: dict[str, dict[str, float]]
+    gap_vs_synthetic: dict[str, dict[str, float]]
+    input_headroom: dict[str, dict[str, float]]
+    input_bound: dict[str, bool | None]
+    input_bound_threshold: float
+    lines: tuple[str, ...]
+
+    def table(self) -> str:
+        """The runs as a text table: devices, pipeline, images/s, s/epoch, speed-up, efficiency."""
+        header = (
+            f"{'devices':>7}  {'pipeline':<10} {'images/s':>9} {'s/epoch':>8} {'speed-up':>8} "
+            f"{'efficiency':>10} {'input alone img/s':>17}"
+        )
+        lines = [header, "-" * len(header)]
+        for point in sorted(self.points, key=lambda p: (PIPELINES.index(p.pipeline), p.devices)):
+            run, alone = point.run, point.run.pipeline_images_per_s
+            lines.append(
+                f"{run.devices:>7}  {run.pipeline:<10} {run.images_per_s:>9,.0f} "
+                f"{run.seconds_per_epoch:>8.1f} {point.speedup:>8.2f} {point.efficiency:>10.0%} "
+                f"{(_fmt_rate(alone) if alone else '-'):>17}"
+            )
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field but the points (the study writes those as its runs)."""
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "points"}
+        return {**fields, "lines": list(self.lines)}
+
+
+def speedups(runs: Sequence[Run]) -> list[Point]:
+    """Each run read against its pipeline's run on the fewest devices (see `Point`)."""
+    baselines: dict[str, Run] = {}
     for run in runs:
-        best = baselines.get(run["pipeline"])
-        if best is None or run["devices"] < best["devices"]:
-            baselines[run["pipeline"]] = run
+        best = baselines.get(run.pipeline)
+        if best is None or run.devices < best.devices:
+            baselines[run.pipeline] = run
+    points = []
     for run in runs:
-        base = baselines[run["pipeline"]]
-        run["baseline_devices"] = base["devices"]
-        run["speedup"] = run["images_per_s"] / base["images_per_s"]
-        run["ideal_speedup"] = run["devices"] / base["devices"]
-        run["efficiency"] = run["speedup"] / run["ideal_speedup"]
-    return runs
+        base = baselines[run.pipeline]
+        speedup, ideal = run.images_per_s / base.images_per_s, run.devices / base.devices
+        points.append(Point(
+            run=run, baseline_devices=base.devices, speedup=speedup, ideal_speedup=ideal,
+            efficiency=speedup / ideal, ideal_images_per_s=base.images_per_s * ideal,
+        ))  # fmt: skip
+    return points
 
 
 def _fmt_rate(value: float) -> str:
@@ -50,10 +130,10 @@ def _fmt_rate(value: float) -> str:
 
 
 def _input_verdict(
-    pipeline: str, run: Mapping[str, Any], gap: float | None, headroom: float | None, shared: bool
+    point: Point, gap: float | None, headroom: float | None, shared: bool
 ) -> tuple[bool | None, str]:
     """(input-bound or None, sentence) for one pipeline at one device count."""
-    n, gap_text = run["devices"], ""
+    pipeline, n, gap_text = point.pipeline, point.devices, ""
     if gap is not None:
         gap_text = f"{gap:.0%} slower" if gap >= 0 else f"{-gap:.0%} faster"
         gap_text = f"trains {gap_text} than synthetic at {n} device(s)"
@@ -65,22 +145,18 @@ def _input_verdict(
     if headroom is None:
         return None, f"{pipeline}: no producer rate recorded, so no verdict on the input."
     alone = (
-        f"the pipeline alone delivers {_fmt_rate(run['pipeline_images_per_s'])} images/s, {headroom:.1f}x "
+        f"the pipeline alone delivers {_fmt_rate(point.run.pipeline_images_per_s)} images/s, {headroom:.1f}x "
         "what the devices take"
     )
     lead = f"{pipeline} {gap_text}; {alone}" if gap_text else f"{pipeline}: {alone}"
     # On separate devices the input runs beside the training and limits it only when it is not ahead;
     # on shared cores its own work also takes about 1/headroom of the time.
     if headroom < (1 / INPUT_BOUND_THRESHOLD if shared else 1 + INPUT_BOUND_THRESHOLD):
-        why = (
-            "it cannot keep ahead"
-            if headroom < 1
-            else (
-                f"its own work takes about {1 / headroom:.0%} of the shared cores"
-                if shared
-                else "barely ahead"
-            )
-        )
+        if headroom < 1:
+            why = "it cannot keep ahead"
+        else:
+            shared_why = f"its own work takes about {1 / headroom:.0%} of the shared cores"
+            why = shared_why if shared else "barely ahead"
         return True, f"{lead}: input-bound ({why}); prefer tf.data or augmentation layers."
     noise = ""
     if gap is not None and gap > INPUT_BOUND_THRESHOLD:
@@ -93,35 +169,31 @@ def _input_verdict(
     return False, f"{lead}: not input-bound.{noise}"
 
 
-def _scaling_mode(runs: Sequence[Mapping[str, Any]]) -> str:
+def _scaling_mode(points: Sequence[Point]) -> str:
     """"strong" (the global batch stays fixed), "weak" (the per-replica batch does) or "mixed"."""
-    batches = {run.get("global_batch") for run in runs}
-    if None in batches:
-        return "unknown"
-    if len(batches) == 1:
+    if len({p.run.global_batch for p in points}) == 1:
         return "strong"
-    return "weak" if len({run.get("batch_size_per_replica") for run in runs}) == 1 else "mixed"
+    return "weak" if len({p.run.batch_size_per_replica for p in points}) == 1 else "mixed"
 
 
-def _best_speedup(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    most = max(run["devices"] for run in runs)
-    return max((run for run in runs if run["devices"] == most), key=lambda run: run["speedup"])
+def _best_speedup(points: Sequence[Point]) -> Point:
+    most = max(p.devices for p in points)
+    return max((p for p in points if p.devices == most), key=lambda p: p.speedup)
 
 
-def _hardware_line(kind: str, counts: Sequence[int], cores: int, runs: Sequence[Mapping[str, Any]]) -> str:
+def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequence[Point]) -> str:
     """What the hardware allows, then what was measured, in words that agree with the numbers."""
-    top = _best_speedup(runs)
-    measured = f"measured: speed-up {top['speedup']:.2f} on {top['devices']} devices ({top['pipeline']})"
+    top = _best_speedup(points)
+    measured = f"measured: speed-up {top.speedup:.2f} on {top.devices} devices ({top.pipeline})"
     if kind in ("logical-cpu", "logical-gpu"):
         what = (
             f"{', '.join(map(str, counts))} logical CPU device(s) share {cores} core(s)"
             if kind == "logical-cpu"
             else "The logical GPUs are slices of one physical GPU"
         )
-        same_work = _scaling_mode(runs) == "strong"
-        if top["speedup"] <= 1.05:
+        if top.speedup <= 1.05:
             verdict = "as expected: the added devices bring no compute of their own."
-        elif same_work:
+        elif _scaling_mode(points) == "strong":
             verdict = (
                 "above 1 with the same work per step: smaller per-replica batches happened to run "
                 "better on these cores, or the machine was busier during the one-device run; rerun."
@@ -142,136 +214,116 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, runs: Sequence[
     return f"Devices of kind {kind}; {measured}."
 
 
-def _weak_scaling_line(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Weak scaling grows the global batch with the devices: say what that alone is worth."""
-    first = min(runs, key=lambda run: run["devices"])
-    top = _best_speedup(runs)
-    return (
-        f"Weak scaling: the global batch grew from {first['global_batch']} to {top['global_batch']} "
-        f"images per step ({top['batch_size_per_replica']} per replica). A larger batch costs less per "
-        "image (fewer, larger matrix products; less per-step overhead), so images/s can rise even where "
-        "the devices add nothing. Compare the strong-scaling study (fixed global batch) to see the "
-        "devices alone."
-    )
-
-
-def read_scaling(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What the runs say: what speed-up the hardware allows, and whether the input limits it.
-
-    Machine-readable fields plus ``lines``, the same in sentences. The input's
-    headroom is the pipeline's rate alone (``pipeline_images_per_s``) over the
-    rate the devices train at without input cost (the synthetic run at the same
-    device count, else the run itself). Below 1 the input cannot keep ahead. A
-    pipeline is input-bound when its headroom is below 1 + `INPUT_BOUND_THRESHOLD`
-    on separate devices, and below 1 / `INPUT_BOUND_THRESHOLD` on shared
-    hardware, where its own work also takes about 1/headroom of the cores. The
-    measured gap to the synthetic run is reported beside it; on a busy machine
-    it is noisy, the headroom much less so.
-    """
-    if not runs:
-        raise ValueError("runs is empty: pass the runs of a study (scaling_study(...)['runs']).")
-    runs = with_speedups(runs) if any("efficiency" not in run for run in runs) else list(runs)
-    kinds = sorted({run["device_kind"] for run in runs})
-    kind = kinds[0] if len(kinds) == 1 else "mixed"
-    cores = runs[0].get("cpu_affinity") or runs[0].get("cpu_count") or 1
-    counts = sorted({run["devices"] for run in runs})
-    pipelines = list(dict.fromkeys(run["pipeline"] for run in runs))
-    shared = kind in ("logical-cpu", "logical-gpu")
-    by_key = {(run["pipeline"], run["devices"]): run for run in runs}
-    mode = _scaling_mode(runs)
-    lines = [_hardware_line(kind, counts, cores, runs)]
-    if mode == "weak":
-        lines.append(_weak_scaling_line(runs))
-    if kind == "logical-cpu" and any(
-        run["devices"] > 1 and run.get("strategy") == "mirrored" for run in runs
-    ):
+def _context_lines(kind: str, points: Sequence[Point]) -> list[str]:
+    """What weak scaling and MirroredStrategy on CPUs add to the picture, where they apply."""
+    lines = []
+    if _scaling_mode(points) == "weak":
+        first, top = min(points, key=lambda p: p.devices), _best_speedup(points)
+        lines.append(
+            f"Weak scaling: the global batch grew from {first.run.global_batch} to {top.run.global_batch} "
+            f"images per step ({top.run.batch_size_per_replica} per replica). A larger batch costs less per "
+            "image (fewer, larger matrix products; less per-step overhead), so images/s can rise even where "
+            "the devices add nothing. Compare the strong-scaling study (fixed global batch) to see the "
+            "devices alone."
+        )
+    if kind == "logical-cpu" and any(p.devices > 1 and p.run.strategy == "mirrored" for p in points):
         lines.append(
             "Part of the cost is MirroredStrategy's own per-step work on CPUs (splitting each batch, "
             "summing gradients): benchmarks/bench_parallel.py measures it, and --strategy towers "
             "shows the split without it."
         )
-    summary: dict[str, Any] = {}
+    return lines
+
+
+def _pipeline_summaries(points: Sequence[Point], pipelines: Sequence[str]) -> tuple[dict, list[str]]:
+    summary: dict[str, dict[str, float]] = {}
+    lines = []
     for pipeline in pipelines:
-        mine = sorted((run for run in runs if run["pipeline"] == pipeline), key=lambda run: run["devices"])
+        mine = sorted((p for p in points if p.pipeline == pipeline), key=lambda p: p.devices)
         first, last = mine[0], mine[-1]
         summary[pipeline] = {
-            "max_speedup": max(run["speedup"] for run in mine),
-            "efficiency_at_most_devices": last["efficiency"],
+            "max_speedup": max(p.speedup for p in mine),
+            "efficiency_at_most_devices": last.efficiency,
         }
         if len(mine) > 1:
             lines.append(
-                f"{pipeline}: {first['devices']} -> {last['devices']} devices: "
-                f"{_fmt_rate(first['images_per_s'])} -> {_fmt_rate(last['images_per_s'])} images/s, "
-                f"speed-up {last['speedup']:.2f}, efficiency {last['efficiency']:.0%}."
+                f"{pipeline}: {first.devices} -> {last.devices} devices: "
+                f"{_fmt_rate(first.images_per_s)} -> {_fmt_rate(last.images_per_s)} images/s, "
+                f"speed-up {last.speedup:.2f}, efficiency {last.efficiency:.0%}."
             )
+    return summary, lines
+
+
+def _input_readings(points: Sequence[Point], pipelines: Sequence[str], shared: bool) -> tuple[dict, ...]:
+    """Per pipeline but synthetic: its gap to synthetic and headroom per count, its verdict and line."""
+    by_key = {(p.pipeline, p.devices): p for p in points}
+    counts = sorted({p.devices for p in points})
     gaps: dict[str, dict[str, float]] = {}
     headrooms: dict[str, dict[str, float]] = {}
     input_bound: dict[str, bool | None] = {}
+    lines: dict[str, str] = {}
     for pipeline in (p for p in pipelines if p != "synthetic"):
         gaps[pipeline], headrooms[pipeline] = {}, {}
         for n in counts:
-            run, reference = by_key.get((pipeline, n)), by_key.get(("synthetic", n))
-            if run is None:
+            point, reference = by_key.get((pipeline, n)), by_key.get(("synthetic", n))
+            if point is None:
                 continue
             if reference is not None:
-                gaps[pipeline][str(n)] = 1 - run["images_per_s"] / reference["images_per_s"]
-            if run.get("pipeline_images_per_s"):
-                needed = (reference or run)["images_per_s"]
-                headrooms[pipeline][str(n)] = run["pipeline_images_per_s"] / needed
-        top = max(n for n in counts if (pipeline, n) in by_key)
-        input_bound[pipeline], line = _input_verdict(
-            pipeline,
-            by_key[(pipeline, top)],
-            gaps[pipeline].get(str(top)),
-            headrooms[pipeline].get(str(top)),
-            shared,
+                gaps[pipeline][str(n)] = 1 - point.images_per_s / reference.images_per_s
+            if point.run.pipeline_images_per_s:
+                needed = (reference or point).images_per_s
+                headrooms[pipeline][str(n)] = point.run.pipeline_images_per_s / needed
+        top = str(max(n for n in counts if (pipeline, n) in by_key))
+        input_bound[pipeline], lines[pipeline] = _input_verdict(
+            by_key[(pipeline, int(top))], gaps[pipeline].get(top), headrooms[pipeline].get(top), shared
         )
-        lines.append(line)
+    return gaps, headrooms, input_bound, lines
+
+
+def _cores_line(runs: Sequence[Run], cores: int) -> list[str]:
+    used = [run.cores_used for run in runs if run.cores_used is not None]
+    if not used:
+        return []
+    busy = min(used) < 0.75 * cores
+    return [
+        f"During the timed steps the training process used {min(used):.1f}-{max(used):.1f} of "
+        f"{cores} core(s)"
+        + (
+            ": where well below that, other work on the machine competed (or the steps left cores "
+            "idle); rerun when it is quiet, or with more --steps, before trusting small differences."
+            if busy
+            else "."
+        )
+    ]
+
+
+def read_scaling(runs: Sequence[Run]) -> Reading:
+    """What the runs say, as a `Reading`: the one place a study's numbers are read.
+
+    A pipeline is input-bound when its headroom is below 1 + `INPUT_BOUND_THRESHOLD` on separate
+    devices, and below 1 / `INPUT_BOUND_THRESHOLD` on shared hardware, where its own work also takes
+    about 1/headroom of the cores. On a busy machine the measured gap to the synthetic run is
+    noisy, the headroom much less so.
+    """
+    if not runs:
+        raise ValueError("runs is empty: pass the runs of a study (scaling_study(...).runs).")
+    points = speedups(runs)
+    kinds = sorted({run.device_kind for run in runs})
+    kind = kinds[0] if len(kinds) == 1 else "mixed"
+    cores, counts = runs[0].cores, sorted({run.devices for run in runs})
+    pipelines = list(dict.fromkeys(run.pipeline for run in runs))
+    shared = kind in ("logical-cpu", "logical-gpu")
+    summary, summary_lines = _pipeline_summaries(points, pipelines)
+    gaps, headrooms, input_bound, input_lines = _input_readings(points, pipelines, shared)
+    lines = [_hardware_line(kind, counts, cores, points), *_context_lines(kind, points), *summary_lines]
+    lines += list(input_lines.values())
     if "synthetic" not in pipelines:
         lines.append("Add the synthetic pipeline to measure what the devices do without input cost.")
-    used = [run["cores_used"] for run in runs if run.get("cores_used") is not None]
-    if used:
-        busy = min(used) < 0.75 * cores
-        lines.append(
-            f"During the timed steps the training process used {min(used):.1f}-{max(used):.1f} of "
-            f"{cores} core(s)"
-            + (
-                ": where well below that, other work on the machine competed (or the steps left cores "
-                "idle); rerun when it is quiet, or with more --steps, before trusting small differences."
-                if busy
-                else "."
-            )
-        )
-    return {
-        "device_kind": kind,
-        "shared_hardware": shared,
-        "cores": cores,
-        "cores_per_device": {str(n): cores / n for n in counts},
-        "expected_speedup": "<= 1" if shared else "up to n",
-        "scaling": mode,
-        "most_devices": max(counts),
-        "pipelines": summary,
-        "gap_vs_synthetic": gaps,
-        "input_headroom": headrooms,
-        "input_bound": input_bound,
-        "input_bound_threshold": INPUT_BOUND_THRESHOLD,
-        "lines": lines,
-    }
-
-
-def format_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """The study as a text table: devices, pipeline, images/s, s/epoch, speed-up, efficiency."""
-    runs = with_speedups(runs) if any("efficiency" not in run for run in runs) else runs
-    header = (
-        f"{'devices':>7}  {'pipeline':<10} {'images/s':>9} {'s/epoch':>8} {'speed-up':>8} "
-        f"{'efficiency':>10} {'input alone img/s':>17}"
-    )
-    lines = [header, "-" * len(header)]
-    for run in sorted(runs, key=lambda run: (PIPELINES.index(run["pipeline"]), run["devices"])):
-        alone = run.get("pipeline_images_per_s")
-        lines.append(
-            f"{run['devices']:>7}  {run['pipeline']:<10} {run['images_per_s']:>9,.0f} "
-            f"{run['seconds_per_epoch']:>8.1f} {run['speedup']:>8.2f} {run['efficiency']:>10.0%} "
-            f"{(_fmt_rate(alone) if alone else '-'):>17}"
-        )
-    return "\n".join(lines)
+    return Reading(
+        points=tuple(points), model=runs[0].model, device_kind=kind, shared_hardware=shared, cores=cores,
+        cores_per_device={str(n): cores / n for n in counts},
+        expected_speedup="<= 1" if shared else "up to n",
+        scaling=_scaling_mode(points), most_devices=max(counts), pipelines=summary, gap_vs_synthetic=gaps,
+        input_headroom=headrooms, input_bound=input_bound, input_bound_threshold=INPUT_BOUND_THRESHOLD,
+        lines=tuple(lines + _cores_line(runs, cores)),
+    )  # fmt: skip

@@ -1,8 +1,9 @@
 """The scaling study: `scaling_study` and ``python -m mgtutor.speed.study --devices 1 2 4``.
 
-Each device count runs `mgtutor.speed.measure.measure_training` in its own child process (a child is
-``python -m mgtutor.speed.study --worker CONFIG_JSON``); speed-up, efficiency and the reading come from
-`mgtutor.speed.reading`. This process never imports TensorFlow.
+Its arguments are checked once, here, under their own names, into a `StudyArgs`. Each device count
+then runs ``python -m mgtutor.speed.measure`` in a child process of its own, which reports its
+`Run`s; `mgtutor.speed.reading` reads them and `mgtutor.speed.figure` draws the reading. This
+process never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,33 +26,63 @@ from mgtutor.speed.measure import (
     PIPELINE_DESCRIPTIONS,
     PIPELINES,
     BenchmarkError,
-    _check_choice,
-    _check_run_args,
-    _measure_in_process,
+    Run,
+    check_choice,
+    check_run_settings,
 )
-from mgtutor.speed.reading import format_table, read_scaling, with_speedups
+from mgtutor.speed.reading import Reading, read_scaling
 
 DEFAULT_TIMEOUT_S = 1800.0
 RESULTS_FILE = "scaling.json"
 PLOT_FILE = "scaling.png"
 
 
-# --------------------------------------------------------------------------- the study
+# --------------------------------------------------------------------------- the arguments
 
 
-def _check_study_args(
-    devices: Any,
-    pipelines: Any,
-    model: Any,
-    strategy: Any,
-    batch_size_per_replica: Any,
-    steps: Any,
-    warmup_steps: Any,
-    samples: Any,
-    seed: Any,
-    timeout: Any,
-    output: Any,
-) -> tuple[tuple[int, ...], tuple[str, ...]]:
+@dataclass(frozen=True, kw_only=True)
+class StudyArgs:
+    """`scaling_study`'s arguments, checked. Weak scaling (no `global_batch`) keeps
+    `batch_size_per_replica` on every device count; strong scaling gives each of n devices
+    ``global_batch // n``."""
+
+    devices: tuple[int, ...]
+    pipelines: tuple[str, ...]
+    model: str
+    strategy: str
+    batch_size_per_replica: int
+    global_batch: int | None
+    steps: int
+    warmup_steps: int
+    dataset: str
+    data_path: str | None
+    samples: int | None
+    seed: int
+    isolate: bool
+    output: Path | None
+    timeout: float
+
+    def per_replica(self, n: int) -> int:
+        """Images per device per step on `n` devices."""
+        return self.batch_size_per_replica if self.global_batch is None else self.global_batch // n
+
+    def child_settings(self, n: int) -> dict[str, Any]:
+        """What the child measuring `n` devices needs, as `measure_training` names it."""
+        return {
+            "model": self.model, "strategy": self.strategy, "batch_size_per_replica": self.per_replica(n),
+            "steps": self.steps, "warmup_steps": self.warmup_steps, "dataset": self.dataset,
+            "data_path": self.data_path, "samples": self.samples, "seed": self.seed,
+        }  # fmt: skip
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "devices": list(self.devices), "pipelines": list(self.pipelines), "isolate": self.isolate,
+            **self.child_settings(self.devices[0]), "batch_size_per_replica": self.batch_size_per_replica,
+            "global_batch": self.global_batch,
+        }  # fmt: skip
+
+
+def _check_counts(devices: Any) -> tuple[int, ...]:
     if isinstance(devices, str) or not isinstance(devices, Iterable):
         raise ValueError(f"devices must be a list of device counts such as (1, 2, 4), got {devices!r}.")
     devices = tuple(devices)
@@ -58,6 +90,10 @@ def _check_study_args(
         raise ValueError(f"devices must be whole numbers >= 1, such as (1, 2, 4); got {devices!r}.")
     if len(set(devices)) != len(devices):
         raise ValueError(f"devices lists a count twice: {devices!r}; give each count once.")
+    return devices
+
+
+def _check_pipelines(pipelines: Any) -> tuple[str, ...]:
     if isinstance(pipelines, str) or not isinstance(pipelines, Iterable):
         raise ValueError(f"pipelines must be a list drawn from {', '.join(PIPELINES)}; got {pipelines!r}.")
     pipelines = tuple(pipelines)
@@ -66,35 +102,127 @@ def _check_study_args(
             f"pipelines must name each of {', '.join(PIPELINES)} at most once; got {pipelines!r}."
         )
     for pipeline in pipelines:
-        _check_choice("pipelines", pipeline, PIPELINES)
-    _check_run_args(model, pipelines[0], strategy, batch_size_per_replica, steps, warmup_steps, samples, seed)
-    largest = max(devices) * batch_size_per_replica
-    if samples is not None and samples < largest:
+        check_choice("pipelines", pipeline, PIPELINES)
+    return pipelines
+
+
+def _check_batches(args: StudyArgs) -> None:
+    """Whole per-replica batches on every count, and enough samples for the largest global batch."""
+    if args.global_batch is None:
+        check_whole("batch_size_per_replica", args.batch_size_per_replica, 1)
+    else:
+        check_whole("global_batch", args.global_batch, 1)
+        uneven = [n for n in args.devices if args.global_batch % n]
+        if uneven:
+            raise ValueError(
+                f"global_batch={args.global_batch} does not divide over {uneven} device(s); pass a multiple "
+                f"of {math.lcm(*args.devices)} so every device count gets whole per-replica batches."
+            )
+    most = max(args.devices)
+    largest = max(n * args.per_replica(n) for n in args.devices)
+    if args.samples is not None and args.samples < largest:
         raise ValueError(
-            f"samples={samples} cannot fill one global batch of {largest} ({batch_size_per_replica} per "
-            f"replica x {max(devices)} devices); pass samples >= {largest}."
+            f"samples={args.samples} cannot fill one global batch of {largest} ({args.per_replica(most)} per "
+            f"replica x {most} devices); pass samples >= {largest}."
         )
+
+
+def _check_data(args: StudyArgs) -> None:
+    """The data found here, before any child starts: a missing or too small data set fails once, early."""
+    from mgtutor.data import load_dataset
+
+    available = len(load_dataset(args.dataset, args.data_path, seed=args.seed).x_train)
+    largest = max(n * args.per_replica(n) for n in args.devices)
+    if (args.samples or available) > available or available < largest:
+        raise ValueError(
+            f"samples: the {args.dataset} training set here has {available} images; samples must lie "
+            f"between {largest} (one global batch at {max(args.devices)} devices) and {available}, got "
+            f"{args.samples!r}."
+        )
+
+
+def check_study(
+    *,
+    devices: Any,
+    pipelines: Any,
+    model: Any,
+    strategy: Any,
+    batch_size_per_replica: Any,
+    global_batch: Any,
+    steps: Any,
+    warmup_steps: Any,
+    dataset: Any,
+    data_path: Any,
+    samples: Any,
+    seed: Any,
+    isolate: Any,
+    output: Any,
+    timeout: Any,
+) -> StudyArgs:
+    """`scaling_study`'s arguments, each checked under its own name before any child starts."""
+    devices, pipelines = _check_counts(devices), _check_pipelines(pipelines)
+    check_run_settings(
+        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed
+    )
     if not is_real(timeout) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds per child process, got {timeout!r}.")
     if output is not None and Path(output).exists() and not Path(output).is_dir():
         raise ValueError(
             f"output {str(output)!r} is a file; pass a folder for {RESULTS_FILE} and {PLOT_FILE}."
         )
-    return devices, pipelines
+    if not isinstance(isolate, bool):
+        raise ValueError(f"isolate must be True or False, got {isolate!r}.")
+    args = StudyArgs(
+        devices=devices, pipelines=pipelines, model=model, strategy=strategy,
+        batch_size_per_replica=batch_size_per_replica, global_batch=global_batch, steps=steps,
+        warmup_steps=warmup_steps, dataset=dataset, data_path=None if data_path is None else str(data_path),
+        samples=samples, seed=seed, isolate=isolate, output=None if output is None else Path(output),
+        timeout=float(timeout),
+    )  # fmt: skip
+    _check_batches(args)
+    _check_data(args)
+    return args
+
+
+# --------------------------------------------------------------------------- the study
+
+
+@dataclass(frozen=True, kw_only=True)
+class Study:
+    """A finished study: its arguments, every `Run`, their `Reading`, and the files written."""
+
+    args: StudyArgs
+    runs: tuple[Run, ...]
+    reading: Reading
+    elapsed_s: float
+    files: dict[str, str] | None = None
+
+    @property
+    def table(self) -> str:
+        return self.reading.table()
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``scaling.json`` holds: the runs with their speed-ups, the reading, the table."""
+        return {
+            "settings": self.args.as_dict(),
+            "pipeline_descriptions": {p: PIPELINE_DESCRIPTIONS[p] for p in self.args.pipelines},
+            "runs": [point.as_dict() for point in self.reading.points], "reading": self.reading.as_dict(),
+            "table": self.table, "elapsed_s": self.elapsed_s, "files": self.files,
+        }  # fmt: skip
 
 
 def _child_env() -> dict[str, str]:
-    package_root = str(Path(__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
     # The children must import this same mgtutor, installed or not.
     return {"PYTHONPATH": package_root + (os.pathsep + path if path else "")}
 
 
-def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], timeout: float) -> list[dict]:
+def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], timeout: float) -> list[Run]:
     from mgtutor.processes import ScriptError, run_script
 
     config = {"n_devices": n, "pipelines": list(pipelines), **settings}
-    command = [sys.executable, "-m", "mgtutor.speed.study", "--worker", json.dumps(config)]
+    command = [sys.executable, "-m", "mgtutor.speed.measure", json.dumps(config)]
     what = f"the {n}-device run ({', '.join(pipelines)})"
     try:
         done = run_script(command, env=_child_env(), timeout=timeout, stream=False, check=False)
@@ -106,27 +234,26 @@ def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], ti
         raise BenchmarkError(f"{what} failed (exit code {done.returncode}):\n{tail}")
     if done.result is None:
         raise BenchmarkError(f"{what} reported no result:\n{tail}")
-    return done.result["runs"]
+    return [Run.from_dict(run) for run in done.result["runs"]]
 
 
-def _write_outputs(results: dict[str, Any], output: Path) -> dict[str, str]:
+def _write_outputs(study: Study, output: Path) -> Study:
     from mgtutor.files import atomic_write
-    from mgtutor.plots import plot_scaling
+    from mgtutor.speed.figure import plot_scaling
 
     output.mkdir(parents=True, exist_ok=True)
-    paths = {"json": str(output / RESULTS_FILE), "plot": str(output / PLOT_FILE)}
-    results["files"] = paths
-    with atomic_write(paths["json"], ".json") as temp:
-        temp.write_text(json.dumps(results, indent=2) + "\n")
-    figure = plot_scaling(results)
+    study = replace(study, files={"json": str(output / RESULTS_FILE), "plot": str(output / PLOT_FILE)})
+    with atomic_write(study.files["json"], ".json") as temp:
+        temp.write_text(json.dumps(study.as_dict(), indent=2) + "\n")
+    figure = plot_scaling(study)
     try:
-        with atomic_write(paths["plot"], ".png") as temp:
+        with atomic_write(study.files["plot"], ".png") as temp:
             figure.savefig(temp, dpi=120)
     finally:
         import matplotlib.pyplot as plt
 
-        plt.close(figure)  # the caller shows it with plot_scaling(results) if wanted
-    return paths
+        plt.close(figure)  # the caller shows it with plot_scaling(study) if wanted
+    return study
 
 
 def scaling_study(
@@ -147,7 +274,7 @@ def scaling_study(
     output: str | os.PathLike | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     verbose: bool = True,
-) -> dict[str, Any]:
+) -> Study:
     """Training throughput on each device count of `devices`, with each input pipeline; speed-up and reading.
 
     Each device count runs in its own child process (`measure_training` there),
@@ -158,98 +285,70 @@ def scaling_study(
     seconds per child. Weak scaling (the default) keeps `batch_size_per_replica`,
     so the global batch grows with the devices; strong scaling, with
     `global_batch`, keeps the global batch and gives each of n devices
-    ``global_batch // n``. Returns ``{"settings", "runs", "reading", "table", "elapsed_s"}``
-    (runs gain ``speedup`` and ``efficiency``: see `with_speedups`); with
+    ``global_batch // n``. Returns a `Study`: ``.runs``, ``.reading`` (speed-ups
+    in ``.reading.points``, sentences in ``.reading.lines``), ``.table``; with
     `output`, also writes ``scaling.json`` and ``scaling.png`` there, atomically.
     """
-    devices, pipelines = _check_study_args(
-        devices,
-        pipelines,
-        model,
-        strategy,
-        batch_size_per_replica if global_batch is None else 1,  # strong scaling: checked below
-        steps,
-        warmup_steps,
-        samples,
-        seed,
-        timeout,
-        output,
-    )
-    if not isinstance(isolate, bool):
-        raise ValueError(f"isolate must be True or False, got {isolate!r}.")
-    per_replica = {n: batch_size_per_replica for n in devices}
-    if global_batch is not None:
-        global_batch = check_whole("global_batch", global_batch, 1)
-        uneven = [n for n in devices if global_batch % n]
-        if uneven:
-            raise ValueError(
-                f"global_batch={global_batch} does not divide over {uneven} device(s); pass a multiple of "
-                f"{math.lcm(*devices)} so every device count gets whole per-replica batches."
-            )
-        per_replica = {n: global_batch // n for n in devices}
-        if samples is not None and samples < global_batch:
-            raise ValueError(f"samples={samples} cannot fill one global batch of {global_batch}; pass more.")
-    from mgtutor.data import load_dataset
-
-    # Find the data here, before any child starts: a missing or too small data set fails once, early.
-    available = len(load_dataset(dataset, data_path, seed=seed).x_train)
-    largest = max(n * per_replica[n] for n in devices)
-    if (samples or available) > available or available < largest:
-        raise ValueError(
-            f"samples: the {dataset} training set here has {available} images; samples must lie between "
-            f"{largest} (one global batch at {max(devices)} devices) and {available}, got {samples!r}."
-        )
-    settings = {
-        "model": model,
-        "strategy": strategy,
-        "batch_size_per_replica": batch_size_per_replica,
-        "global_batch": global_batch,
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "dataset": dataset,
-        "data_path": None if data_path is None else str(data_path),
-        "samples": samples,
-        "seed": seed,
-    }
-    groups = (
-        [(n, [p]) for n in devices for p in pipelines] if isolate else [(n, list(pipelines)) for n in devices]
-    )
+    args = check_study(
+        devices=devices, pipelines=pipelines, model=model, strategy=strategy,
+        batch_size_per_replica=batch_size_per_replica, global_batch=global_batch, steps=steps,
+        warmup_steps=warmup_steps, dataset=dataset, data_path=data_path, samples=samples, seed=seed,
+        isolate=isolate, output=output, timeout=timeout,
+    )  # fmt: skip
+    groups = [(n, [p]) for n in args.devices for p in args.pipelines] if args.isolate else [
+        (n, list(args.pipelines)) for n in args.devices
+    ]
     start, runs = time.perf_counter(), []
     for n, group in groups:
         if verbose:
-            print(
-                f"[{time.perf_counter() - start:6.0f} s] {n} device(s): {', '.join(group)} ...",
-                file=sys.stderr,
-                flush=True,
-            )
-        child = {**settings, "batch_size_per_replica": per_replica[n]}
-        child.pop("global_batch")
-        runs.extend(_run_child(n, group, child, float(timeout)))
-    runs = with_speedups(runs)
-    results = {
-        "settings": {
-            "devices": list(devices),
-            "pipelines": list(pipelines),
-            "isolate": bool(isolate),
-            **settings,
-        },
-        "pipeline_descriptions": {p: PIPELINE_DESCRIPTIONS[p] for p in pipelines},
-        "runs": runs,
-        "reading": read_scaling(runs),
-        "table": format_table(runs),
-        "elapsed_s": time.perf_counter() - start,
-    }
-    if output is not None:
-        _write_outputs(results, Path(output))
-    return results
+            clock = f"[{time.perf_counter() - start:6.0f} s]"
+            print(f"{clock} {n} device(s): {', '.join(group)} ...", file=sys.stderr, flush=True)
+        runs.extend(_run_child(n, group, args.child_settings(n), args.timeout))
+    elapsed = time.perf_counter() - start
+    study = Study(args=args, runs=tuple(runs), reading=read_scaling(runs), elapsed_s=elapsed)
+    return study if args.output is None else _write_outputs(study, args.output)
 
 
 # --------------------------------------------------------------------------- command line
 
 
-def _parser() -> argparse.ArgumentParser:
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """What each measurement does: the model, its input, its strategy, its batch and steps."""
     from mgtutor.models import MODEL_BUILDERS
 
+    add = parser.add_argument
+    add("--devices", type=int, nargs="+", default=[1, 2, 4], metavar="N",
+        help="device counts to measure (default: 1 2 4)")
+    add("--model", default="seed_cnn", metavar="NAME",
+        help=f"one of {', '.join(sorted(MODEL_BUILDERS))} (default: seed_cnn)")
+    add("--pipelines", nargs="+", default=["synthetic", "in_memory"], metavar="P",
+        help=f"input pipelines among {', '.join(PIPELINES)} (default: synthetic in_memory)")
+    add("--strategy", default="mirrored", metavar="S",
+        help="for 2+ devices: mirrored (MirroredStrategy) or towers (multi_gpu_model)")
+    add("--batch-size-per-replica", type=int, default=32, metavar="B",
+        help="images per device per step; the global batch is B x devices (default: 32)")
+    add("--steps", type=int, default=20, help="timed training steps (default: 20)")
+    add("--warmup-steps", type=int, default=3,
+        help="untimed steps first, at least 1: the first traces the graph (default: 3)")  # fmt: skip
+
+
+def _add_study_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the data comes from, how the processes are laid out, where the results go."""
+    add = parser.add_argument
+    add("--dataset", default="cifar10", help="cifar10, mnist or synthetic (default: cifar10)")
+    add("--data-path", default=None,
+        help="a data file or folder (default: MGTUTOR_DATA_DIR, the Keras cache, then a download)")
+    add("--samples", type=int, default=None, help="training images to use (default: all)")
+    add("--seed", type=int, default=0, help="weights, shuffling and augmentation (default: 0)")
+    add("--isolate", action="store_true",
+        help="one process per (devices, pipeline) instead of one per device count")
+    add("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+        help=f"seconds allowed per child process (default: {DEFAULT_TIMEOUT_S:g})")
+    add("--out", default="scaling",
+        help="folder for scaling.json and scaling.png (default: scaling)")  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
     description = (
         "Scaling study: training images/s, seconds per epoch, speed-up and efficiency on 1, 2, 4 ... "
         "devices, each device count in its own process, for each input pipeline. Writes scaling.json "
@@ -268,80 +367,18 @@ def _parser() -> argparse.ArgumentParser:
         epilog="\n".join(["pipelines:", *pipelines, "", example]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--devices",
-        type=int,
-        nargs="+",
-        default=[1, 2, 4],
-        metavar="N",
-        help="device counts to measure (default: 1 2 4)",
-    )
-    parser.add_argument(
-        "--model",
-        default="seed_cnn",
-        metavar="NAME",
-        help=f"one of {', '.join(sorted(MODEL_BUILDERS))} (default: seed_cnn)",
-    )
-    parser.add_argument(
-        "--pipelines",
-        nargs="+",
-        default=["synthetic", "in_memory"],
-        metavar="P",
-        help=f"input pipelines among {', '.join(PIPELINES)} (default: synthetic in_memory)",
-    )
-    parser.add_argument(
-        "--strategy",
-        default="mirrored",
-        metavar="S",
-        help="for 2+ devices: mirrored (MirroredStrategy) or towers (multi_gpu_model)",
-    )
-    parser.add_argument(
-        "--batch-size-per-replica",
-        type=int,
-        default=32,
-        metavar="B",
-        help="images per device per step; the global batch is B x devices (default: 32)",
-    )
-    parser.add_argument("--steps", type=int, default=20, help="timed training steps (default: 20)")
-    parser.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=3,
-        help="untimed steps first, at least 1: the first traces the graph (default: 3)",
-    )
-    parser.add_argument("--dataset", default="cifar10", help="cifar10, mnist or synthetic (default: cifar10)")
-    parser.add_argument(
-        "--data-path",
-        default=None,
-        help="a data file or folder (default: MGTUTOR_DATA_DIR, the Keras cache, then a download)",
-    )
-    parser.add_argument("--samples", type=int, default=None, help="training images to use (default: all)")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="weights, shuffling and augmentation (default: 0)"
-    )
-    parser.add_argument(
-        "--isolate",
-        action="store_true",
-        help="one process per (devices, pipeline) instead of one per device count",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds allowed per child process (default: {DEFAULT_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "--out", default="scaling", help="folder for scaling.json and scaling.png (default: scaling)"
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)  # a child's configuration, as JSON
+    _add_run_flags(parser)
+    _add_study_flags(parser)
     return parser
 
 
-def _worker(config_json: str) -> None:
-    from mgtutor.processes import report_result
-
-    config = json.loads(config_json)
-    report_result({"runs": _measure_in_process(config.pop("n_devices"), config.pop("pipelines"), **config)})
+# A refused argument is named as the command line spells it.
+_FLAGS = {
+    "devices": "--devices", "pipelines": "--pipelines", "model": "--model", "strategy": "--strategy",
+    "batch_size_per_replica": "--batch-size-per-replica", "steps": "--steps",
+    "warmup_steps": "--warmup-steps", "samples": "--samples", "seed": "--seed", "timeout": "--timeout",
+    "output": "--out", "dataset": "--dataset",
+}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -350,54 +387,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.worker is not None:
-        _worker(args.worker)
-        return 0
-    names = {
-        "devices": "--devices",
-        "pipelines": "--pipelines",
-        "model": "--model",
-        "strategy": "--strategy",
-        "batch_size_per_replica": "--batch-size-per-replica",
-        "steps": "--steps",
-        "warmup_steps": "--warmup-steps",
-        "samples": "--samples",
-        "seed": "--seed",
-        "timeout": "--timeout",
-        "output": "--out",
-        "dataset": "--dataset",
-        "n_devices": "--devices",
-    }
     try:
-        results = scaling_study(
-            args.devices,
-            args.pipelines,
-            model=args.model,
-            strategy=args.strategy,
-            batch_size_per_replica=args.batch_size_per_replica,
-            steps=args.steps,
+        study = scaling_study(
+            args.devices, args.pipelines, model=args.model, strategy=args.strategy,
+            batch_size_per_replica=args.batch_size_per_replica, steps=args.steps,
             warmup_steps=args.warmup_steps,
-            dataset=args.dataset,
-            data_path=args.data_path,
-            samples=args.samples,
-            seed=args.seed,
-            isolate=args.isolate,
-            output=args.out,
-            timeout=args.timeout,
-        )
+            dataset=args.dataset, data_path=args.data_path, samples=args.samples, seed=args.seed,
+            isolate=args.isolate, output=args.out, timeout=args.timeout,
+        )  # fmt: skip
     except (ValueError, DataError) as err:  # bad arguments or no data: found before any child starts
         message = str(err)
-        for name, flag in names.items():
+        for name, flag in _FLAGS.items():
             message = re.sub(rf"^{name}\b", flag, message)
         parser.error(message)
     except BenchmarkError as err:
         print(f"python -m mgtutor.speed.study: {err}", file=sys.stderr)
         return 1
-    print(results["table"])
+    print(study.table)
     print()
-    for line in results["reading"]["lines"]:
+    for line in study.reading.lines:
         print(f"- {line}")
-    print(f"\nwrote {results['files']['json']} and {results['files']['plot']} ({results['elapsed_s']:.0f} s)")
+    print(f"\nwrote {study.files['json']} and {study.files['plot']} ({study.elapsed_s:.0f} s)")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import tomllib
@@ -72,3 +73,37 @@ def test_no_internal_module_re_exports_another_modules_names():
         if line.lstrip().startswith("from mgtutor") and "F401" in line
     ]
     assert offenders == []
+
+
+def test_no_function_is_over_80_lines():
+    # Issue 23: a function a reader can hold in view; its docstring counts too.
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted((ROOT / "mgtutor").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert long == []
+
+
+def _imported_rooms(path) -> set[str]:
+    """The rooms (training, speed, classroom) that the module at `path` imports from."""
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        rooms |= {name.split(".")[1] for name in names if name.startswith("mgtutor.")}
+    return rooms & {"training", "speed", "classroom"}
+
+
+def test_the_rooms_import_as_the_readme_map_says():
+    # Issue 23: the top and keras2/ import no room; training/ and speed/ not each other; no one classroom/.
+    allowed = {"": set(), "keras2": set(), "training": {"training"}, "speed": {"speed"},
+               "classroom": {"training", "speed", "classroom"}}  # fmt: skip
+    wrong = []
+    for path in sorted((ROOT / "mgtutor").rglob("*.py")):
+        room = "" if path.parent == ROOT / "mgtutor" else path.parent.name
+        extra = _imported_rooms(path) - allowed[room]
+        if extra:
+            wrong.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
+    assert wrong == []

@@ -14,14 +14,16 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mgtutor.speed import amdahl, measure, study
-from mgtutor.speed.measure import pipeline_images_per_second
-from mgtutor.speed.reading import read_scaling, with_speedups
+from mgtutor.speed.figure import plot_scaling
+from mgtutor.speed.measure import Run, pipeline_images_per_second
+from mgtutor.speed.reading import read_scaling, speedups
 from tests.conftest import ROOT, run_child
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -95,7 +97,7 @@ def test_cli_study_on_one_and_two_devices(tmp_path):
     # One process per device count: its pipelines share it, the counts do not.
     assert runs[(1, "synthetic")]["pid"] == runs[(1, "in_memory")]["pid"] != runs[(2, "synthetic")]["pid"]
 
-    reading = results["reading"]
+    reading = results["reading"]  # the JSON: a dict
     cores = len(os.sched_getaffinity(0))
     assert reading["device_kind"] == "logical-cpu" and reading["shared_hardware"] is True
     assert reading["expected_speedup"] == "<= 1"
@@ -198,7 +200,7 @@ def test_a_failing_or_slow_child_is_reported_with_its_last_lines(monkeypatch, tm
 
     def run_instead(script):
         def run(command, **kwargs):
-            assert command[1:4] == ["-m", "mgtutor.speed.study", "--worker"]
+            assert command[1:3] == ["-m", "mgtutor.speed.measure"]
             assert "PYTHONPATH" in kwargs["env"] and kwargs["stream"] is False
             return real_run_script([sys.executable, str(script)], **kwargs)
 
@@ -218,13 +220,13 @@ def test_a_failing_or_slow_child_is_reported_with_its_last_lines(monkeypatch, tm
 # --------------------------------------------------------------------------- reading known numbers
 
 
-def _run(n: int, pipeline: str, rate: float, alone: float, kind: str = "gpu", per_replica: int = 32) -> dict:
-    return {
-        "batch_size_per_replica": per_replica, "global_batch": n * per_replica,
-        "devices": n, "pipeline": pipeline, "images_per_s": rate, "pipeline_images_per_s": alone,
-        "device_kind": kind, "cpu_affinity": 8, "strategy": "mirrored" if n > 1 else "none (one device)",
-        "seconds_per_epoch": 50_000 / rate, "model": "seed_cnn", "cores_used": 7.5,
-    }  # fmt: skip
+def _run(n: int, pipeline: str, rate: float, alone: float, kind: str = "gpu", per_replica: int = 32) -> Run:
+    return Run(
+        batch_size_per_replica=per_replica, global_batch=n * per_replica,
+        devices=n, pipeline=pipeline, images_per_s=rate, pipeline_images_per_s=alone,
+        device_kind=kind, cpu_affinity=8, strategy="mirrored" if n > 1 else "none (one device)",
+        seconds_per_epoch=50_000 / rate, model="seed_cnn", cores_used=7.5,
+    )  # fmt: skip
 
 
 GPU_RUNS = [
@@ -235,21 +237,22 @@ GPU_RUNS = [
 
 
 def test_speedup_efficiency_and_the_input_verdict_from_known_numbers():
-    runs = {(r["devices"], r["pipeline"]): r for r in with_speedups(GPU_RUNS)}
-    assert runs[(4, "synthetic")]["speedup"] == pytest.approx(3.6, abs=EXACT)
-    assert runs[(4, "synthetic")]["efficiency"] == pytest.approx(0.9, abs=EXACT)
-    assert runs[(4, "flow")]["speedup"] == pytest.approx(1600 / 950, abs=EXACT)
-    assert all(runs[(1, p)]["speedup"] == 1.0 for p in ("synthetic", "in_memory", "flow"))
+    runs = {(p.devices, p.pipeline): p for p in speedups(GPU_RUNS)}
+    assert runs[(4, "synthetic")].speedup == pytest.approx(3.6, abs=EXACT)
+    assert runs[(4, "synthetic")].efficiency == pytest.approx(0.9, abs=EXACT)
+    assert runs[(4, "synthetic")].ideal_images_per_s == pytest.approx(4000.0, abs=EXACT)
+    assert runs[(4, "flow")].speedup == pytest.approx(1600 / 950, abs=EXACT)
+    assert all(runs[(1, p)].speedup == 1.0 for p in ("synthetic", "in_memory", "flow"))
 
     reading = read_scaling(GPU_RUNS)
-    assert reading["device_kind"] == "gpu" and reading["shared_hardware"] is False
-    assert reading["expected_speedup"] == "up to n"
+    assert reading.device_kind == "gpu" and reading.shared_hardware is False
+    assert reading.expected_speedup == "up to n"
     # flow alone makes 2,000 images/s; the GPUs take 3,600 at 4 devices: it cannot keep ahead.
-    assert reading["input_headroom"]["flow"]["4"] == pytest.approx(2000 / 3600, abs=EXACT)
-    assert reading["input_bound"] == {"in_memory": False, "flow": True}
-    assert reading["gap_vs_synthetic"]["flow"]["4"] == pytest.approx(1 - 1600 / 3600, abs=EXACT)
-    assert any("flow trains 56% slower" in line and "input-bound" in line for line in reading["lines"])
-    assert reading["pipelines"]["synthetic"]["efficiency_at_most_devices"] == pytest.approx(0.9, abs=EXACT)
+    assert reading.input_headroom["flow"]["4"] == pytest.approx(2000 / 3600, abs=EXACT)
+    assert reading.input_bound == {"in_memory": False, "flow": True}
+    assert reading.gap_vs_synthetic["flow"]["4"] == pytest.approx(1 - 1600 / 3600, abs=EXACT)
+    assert any("flow trains 56% slower" in line and "input-bound" in line for line in reading.lines)
+    assert reading.pipelines["synthetic"]["efficiency_at_most_devices"] == pytest.approx(0.9, abs=EXACT)
 
 
 def test_the_reading_on_shared_cores_and_without_a_one_device_run():
@@ -259,51 +262,51 @@ def test_the_reading_on_shared_cores_and_without_a_one_device_run():
                                          (2, "layers", 400.0, 1e5), (4, "layers", 300.0, 1e5),
                                          (4, "tf.data", 440.0, 2000.0))
     ]  # fmt: skip
-    speeds = {(r["devices"], r["pipeline"]): r for r in with_speedups(runs)}
+    speeds = {(p.devices, p.pipeline): p for p in speedups(runs)}
     # The baseline is the fewest devices measured: 2, so 4 devices ideally double.
-    assert speeds[(2, "synthetic")]["speedup"] == 1.0
-    assert speeds[(4, "synthetic")]["ideal_speedup"] == 2.0
-    assert speeds[(4, "synthetic")]["efficiency"] == pytest.approx(0.9 / 2, abs=EXACT)
+    assert speeds[(2, "synthetic")].speedup == 1.0
+    assert speeds[(4, "synthetic")].ideal_speedup == 2.0
+    assert speeds[(4, "synthetic")].efficiency == pytest.approx(0.9 / 2, abs=EXACT)
     reading = read_scaling(runs)
-    assert reading["expected_speedup"] == "<= 1" and reading["cores_per_device"] == {"2": 4.0, "4": 2.0}
+    assert reading.expected_speedup == "<= 1" and reading.cores_per_device == {"2": 4.0, "4": 2.0}
     # Augmentation layers cost compute on the devices; they never make the devices wait for input.
     # tf.data keeps 2000 / 450 = 4.4x ahead, but on shared cores its work takes ~23 % of them.
-    assert reading["input_bound"] == {"layers": False, "tf.data": True}
-    assert reading["input_headroom"]["tf.data"] == {"4": pytest.approx(2000 / 450, abs=EXACT)}
+    assert reading.input_bound == {"layers": False, "tf.data": True}
+    assert reading.input_headroom["tf.data"] == {"4": pytest.approx(2000 / 450, abs=EXACT)}
     # The same headroom beside separate GPUs is plenty: the input runs alongside the training.
-    on_gpus = read_scaling([{**run, "device_kind": "gpu"} for run in runs])
-    assert on_gpus["input_bound"]["tf.data"] is False
-    assert "share 8 core(s)" in reading["lines"][0]
+    on_gpus = read_scaling([replace(run, device_kind="gpu") for run in runs])
+    assert on_gpus.input_bound["tf.data"] is False
+    assert "share 8 core(s)" in reading.lines[0]
     with pytest.raises(ValueError, match="runs is empty"):
         read_scaling([])
 
 
-def _logical(rates: dict[int, float], global_batch: int | None) -> list[dict]:
+def _logical(rates: dict[int, float], global_batch: int | None) -> list[Run]:
     """Logical-CPU runs at fixed global batch (strong) or fixed 32 per replica (weak)."""
     runs = [_run(n, "in_memory", rate, 1e6, "logical-cpu") for n, rate in rates.items()]
     if global_batch:
-        for run in runs:
-            run.update(global_batch=global_batch, batch_size_per_replica=global_batch // run["devices"])
+        runs = [replace(r, global_batch=global_batch, batch_size_per_replica=global_batch // r.devices)
+                for r in runs]  # fmt: skip
     return runs
 
 
 def test_the_reading_never_contradicts_the_numbers():
     slower = read_scaling(_logical({1: 600.0, 2: 320.0, 4: 260.0}, global_batch=64))
-    assert slower["scaling"] == "strong"
-    assert "speed-up 0.43 on 4 devices" in slower["lines"][0] and "as expected" in slower["lines"][0]
+    assert slower.scaling == "strong"
+    assert "speed-up 0.43 on 4 devices" in slower.lines[0] and "as expected" in slower.lines[0]
     # Weak scaling on the same cores can show a speed-up: the words must explain it, not deny it.
     faster = read_scaling(_logical({1: 460.0, 2: 600.0}, global_batch=None))
-    assert faster["scaling"] == "weak"
-    assert "speed-up 1.30 on 2 devices" in faster["lines"][0]
-    assert "larger global batch, not from the devices" in faster["lines"][0]
-    assert "grew from 32 to 64" in faster["lines"][1]
-    assert not any("at most 1" in line for line in faster["lines"])
+    assert faster.scaling == "weak"
+    assert "speed-up 1.30 on 2 devices" in faster.lines[0]
+    assert "larger global batch, not from the devices" in faster.lines[0]
+    assert "grew from 32 to 64" in faster.lines[1]
+    assert not any("at most 1" in line for line in faster.lines)
     # A strong-scaling speed-up on shared cores is flagged as suspect, never as the devices' doing.
     odd = read_scaling(_logical({1: 500.0, 2: 560.0}, global_batch=64))
-    assert "speed-up 1.12" in odd["lines"][0] and "rerun" in odd["lines"][0]
-    gpu_runs = [{**run, "device_kind": "gpu"} for run in _logical({1: 500.0, 2: 950.0}, 64)]
+    assert "speed-up 1.12" in odd.lines[0] and "rerun" in odd.lines[0]
+    gpu_runs = [replace(run, device_kind="gpu") for run in _logical({1: 500.0, 2: 950.0}, 64)]
     on_gpus = read_scaling(gpu_runs)
-    assert "Real GPUs" in on_gpus["lines"][0] and "speed-up 1.90" in on_gpus["lines"][0]
+    assert "Real GPUs" in on_gpus.lines[0] and "speed-up 1.90" in on_gpus.lines[0]
 
 
 def test_strong_scaling_study_rejects_a_global_batch_that_does_not_divide():
@@ -315,9 +318,7 @@ def test_strong_scaling_study_rejects_a_global_batch_that_does_not_divide():
 def test_plot_scaling_draws_the_ideal_line_and_the_efficiency():
     import matplotlib.pyplot as plt
 
-    from mgtutor.plots import plot_scaling
-
-    figure = plot_scaling({"runs": GPU_RUNS})
+    figure = plot_scaling(read_scaling(GPU_RUNS))
     try:
         rate_axis, efficiency_axis = figure.axes
         lines = rate_axis.get_lines()
@@ -329,8 +330,8 @@ def test_plot_scaling_draws_the_ideal_line_and_the_efficiency():
         assert "logical" not in figure.texts[0].get_text()  # real GPUs: no shared-hardware caveat
     finally:
         plt.close(figure)
-    with pytest.raises(ValueError, match="holds no runs"):
-        plot_scaling({"runs": []})
+    with pytest.raises(TypeError, match="what scaling_study returns"):
+        plot_scaling({"runs": GPU_RUNS})  # a dict is no reading: the plot reads nothing itself
 
 
 # --------------------------------------------------------------------------- real GPUs

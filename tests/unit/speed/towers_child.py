@@ -1,4 +1,4 @@
-"""The child process of the towers tests on 2 devices: test_bench.py and keras2/test_fit_generator.py.
+"""The child process of the towers tests on 2 devices: speed/test_study.py and keras2/test_fit_generator.py.
 
     python tests/unit/speed/towers_child.py
 
@@ -26,7 +26,7 @@ from mgtutor.speed.measure import measure_training  # noqa: E402
 
 runs = [
     measure_training(2, model="lenet", pipeline=pipeline, strategy="towers", batch_size_per_replica=8,
-                     steps=2, warmup_steps=1, samples=64, seed=0)
+                     steps=2, warmup_steps=1, samples=64, seed=0).as_dict()
     for pipeline in ("flow", "tf.data", "layers")
 ]  # fmt: skip
 
