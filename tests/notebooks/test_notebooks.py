@@ -449,8 +449,10 @@ def _(records: dict, p: dict) -> None:
     assert sorted(growth, key=int) == sorted({"1", str(p["PARITY_STEPS"])}, key=int)
     assert growth["1"]["towers"] < 1e-6 and growth["1"]["mirrored"] < 1e-6  # one step: rounding
     last = growth[str(p["PARITY_STEPS"])]
-    # Measured: rounding differences grow with the steps (5e-4 after 20 at the defaults).
-    assert last["towers"] > growth["1"]["towers"] and last["moved"] > last["towers"]
+    # Whether rounding differences grow is one CPU's kernels, not a law (measured: 1.5e-8 -> 5e-4 after
+    # 20 steps on one machine, 1.49e-8 both times on another). What holds everywhere: training moved
+    # the weights far more than the routes differ (5e-4 of 1.3e-2 moved after 20 steps).
+    assert last["towers"] < 0.1 * last["moved"] and last["mirrored"] < 0.1 * last["moved"]  # 0.04 at 20
     dropout = records["dropout_parity"]
     assert dropout["with"] > 1e-4 > 1e-6 > dropout["without"]  # other masks: other gradients
     assert records["split_3111_of_96"] == [48, 16, 16, 16]
