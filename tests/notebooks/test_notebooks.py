@@ -32,6 +32,10 @@ from tests.notebooks.noise import noise_in
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
 IN_PLACE = ["07_save_and_restore", "10_multi_worker"]
+# `make test`'s one lesson, end to end: the data-parallel step by hand and its parity numbers. The
+# others (and every solution) are in `make test-all`.
+QUICK_LESSON = "03_data_parallel_step"
+LESSONS = [nb if nb.stem == QUICK_LESSON else pytest.param(nb, marks=pytest.mark.slow) for nb in NOTEBOOKS]
 # Worked solutions to the exercises: run once, on the real data, at the same tiny sizes.
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*_solutions.ipynb"))
 # The kernels' own start-up lines ("Kernel is running over TCP ...") are not the test's output.
@@ -134,7 +138,7 @@ def check_offline(notebook: Path, records: dict, output: Path) -> None:
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", LESSONS, ids=[nb.stem for nb in NOTEBOOKS])
 def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypatch):
     data = real_data()  # looked up before the kernel's environment loses it
     in_place = notebook.stem in IN_PLACE
@@ -164,6 +168,7 @@ def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypa
         assert lint.returncode == 0, lint.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", SOLUTIONS, ids=[nb.stem for nb in SOLUTIONS])
 def test_solution_on_real_data(notebook, tmp_path):

@@ -185,6 +185,7 @@ def uninterrupted(tmp_path_factory):
     return {"result": result, "folder": folder, "reference": reported}
 
 
+@pytest.mark.slow
 def test_two_workers_train_identical_weights_equal_to_two_replicas(uninterrupted):
     result, folder = uninterrupted["result"], uninterrupted["folder"]
     assert result.ok, result.summary() + "\n" + "\n".join(result.workers[1].log_tail)
@@ -202,6 +203,7 @@ def test_two_workers_train_identical_weights_equal_to_two_replicas(uninterrupted
 
 # Mid-epoch in the first and in the second epoch (6 steps each): the restored metric sums and the
 # resumed batch order both matter there; at an epoch's end only the weights do.
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [4, 8])
 def test_killed_worker_then_restart_resumes_from_the_last_checkpoint(uninterrupted, tmp_path, kill_after):
     checkpoints = tmp_path / "checkpoints"

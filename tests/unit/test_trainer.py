@@ -92,6 +92,7 @@ def test_sparse_labels_resolve_accuracy_like_compile():
 MIRRORED_CHILD = ROOT / "tests" / "unit" / "trainer_mirrored_child.py"
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_keras_fit_and_one_device():
     out = run_child(MIRRORED_CHILD, timeout=240)
     assert out["replicas"] == 2
