@@ -35,7 +35,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run test check lab lint clean reset wheelhouse
+.PHONY: setup run test test-all check lab lint clean reset wheelhouse
 
 setup: $(STAMP)
 
@@ -65,8 +65,13 @@ CHECK_ARGS ?=
 check: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.preflight $(CHECK_ARGS)
 
+# Two tiers (tests marked `slow` are the difference): `make test`, about 3 minutes, for every change;
+# `make test-all`, everything CI runs (every notebook and solution, the child processes), about 20.
 test: setup
-	$(BIN)/python -m pytest -n 2 --dist worksteal $(TEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow" $(TEST_ARGS)
+
+test-all: setup
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15 $(TEST_ARGS)
 
 # The notebooks ask for the kernel "python3"; Jupyter starts it with the server's own Python, the venv's.
 # Jupyter refuses to run as root (classroom containers often do) unless told it may.

@@ -47,7 +47,25 @@ SECONDS = {
 }  # fmt: skip
 
 
+# Two tiers, by marker: `make test` runs `-m "not slow"` (about 3 minutes), `make test-all` runs
+# everything. Marked slow by hand: tests that execute a notebook, drive a browser or start TensorFlow
+# in child processes; marked here: every test that reads a shared child (`run_once`).
+QUICK_TIER = "not slow"
+TIERS_FILE = "tiers.json"
+_TIERS = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the marks added here count
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "run_once" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
+    slow = sum(1 for item in items if item.get_closest_marker("slow"))
+    tiers = {"quick": len(items) - slow, "slow": slow}
+    config.stash[_TIERS] = tiers
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0":  # for the controller's summary
+        (_shared_folder(config) / TIERS_FILE).write_text(json.dumps(tiers))
+
     readers = {module for _, modules in BACKGROUND.values() for module in modules}
 
     def seconds(item) -> float:
@@ -56,6 +74,26 @@ def pytest_collection_modifyitems(config, items):
         return next((v for k, v in SECONDS.items() if k in item.nodeid), 1.0)
 
     items.sort(key=seconds, reverse=True)  # stable: the rest keep their order
+
+
+def _shared_folder(config) -> Path:
+    """The folder every xdist worker and the controller see: this run's basetemp."""
+    base = config._tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("markexpr", "") != QUICK_TIER:
+        return
+    tiers = config.stash.get(_TIERS, None)
+    if tiers is None:  # the xdist controller collects nothing itself
+        path = _shared_folder(config) / TIERS_FILE
+        tiers = json.loads(path.read_text()) if path.exists() else None
+    if tiers:
+        terminalreporter.write_line(
+            f"make test: {tiers['quick']} tests in the quick tier; {tiers['slow']} more (marked slow) "
+            "run in `make test-all`."
+        )
 
 
 WAIT_FOR_OTHER_WORKER = 1800  # s: longer than any child's own timeout
@@ -152,11 +190,13 @@ def background(name: str):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _start_background_children(request, run_once) -> None:
-    selected = {item.module.__name__ for item in request.session.items if item.module is not None}
+def _start_background_children(request) -> None:
+    # `run_once` looked up here, not named as an argument: only its readers list it among their
+    # fixtures, which is what marks them slow.
+    selected = {item.module.__name__ for item in request.session.items if "run_once" in item.fixturenames}
     for name, (_, readers) in BACKGROUND.items():
         if selected.intersection(readers):
-            run_once.start(name, background(name))
+            request.getfixturevalue("run_once").start(name, background(name))
 
 
 @pytest.fixture

@@ -99,9 +99,9 @@ class _Checkpointer:
         groups = {"model": self.model.variables, "optimizer": self.model.optimizer.variables}
         if with_metrics:
             groups["metrics"] = self.model.metrics_variables
-            per_replica = checkpoints.per_replica(self.model.metrics_variables)
-            if per_replica is not None:
-                groups["metric_replicas"] = per_replica
+            parts = checkpoints.replica_parts(self.model.distribute_strategy, self.model.metrics_variables)
+            if parts is not None:
+                groups["metric_replicas"] = parts
         return groups
 
     def average(self) -> None:
@@ -126,7 +126,7 @@ class _Checkpointer:
         if self.metric_values is not None:
             # fit has just reset the metrics; give back the sums of the batches done before the kill.
             if not checkpoints.restore_metrics(
-                self.model.metrics_variables, *self.metric_values, self.folder
+                self.model.metrics_variables, *self.metric_values, self.folder, self.model.distribute_strategy
             ):
                 warnings.warn(
                     "resumable_fit: the model's metrics differ from the checkpoint's (compiled with other "

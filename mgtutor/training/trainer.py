@@ -50,11 +50,18 @@ class _Checkpointer:
         self.chief = is_chief(strategy)
 
     def restore(self, values: dict[str, list[np.ndarray]]) -> None:
-        for name, variables in self.groups.items():  # all refused before anything is assigned
-            checkpoints.check_shapes(variables, values.get(name, []), name, self.folder)
+        restored = [name for name in self.groups if name != "metric_replicas"]
+        for name in restored:  # all refused before anything is assigned
+            checkpoints.check_shapes(self.groups[name], values.get(name, []), name, self.folder)
         with self.strategy.scope():
-            for name, variables in self.groups.items():
-                checkpoints.restore(variables, values[name], name, self.folder)
+            for name in restored:
+                if name != "metrics":
+                    checkpoints.restore(self.groups[name], values[name], name, self.folder)
+            # Each replica's own part of the metric sums where the file has them (same replicas).
+            checkpoints.restore_metrics(
+                self.groups["metrics"], values["metrics"], values.get("metric_replicas"), self.folder,
+                self.strategy,
+            )
 
     def save(self) -> Path:
         # Reading summed metric variables is a collective: every worker reads, only the chief writes.
@@ -393,6 +400,9 @@ class Trainer:
             "optimizer": list(self.optimizer.variables),
             "metrics": [v for m in self._all_metrics() for v in m.variables],
         }
+        parts = checkpoints.replica_parts(self.strategy, groups["metrics"])
+        if parts is not None:
+            groups["metric_replicas"] = parts
         checkpointer = _Checkpointer(self.strategy, plan.checkpoint_dir, groups, state)
         saved = checkpoints.read_state(plan.checkpoint_dir)
         if saved is None:

@@ -249,6 +249,7 @@ def _save_and_fetch(page, lab: LabServer, want_counts: int) -> dict:
                 return content
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_jupyterlab_runs_notebook_00_in_a_real_browser(chromium, lab):
     try:

@@ -32,6 +32,10 @@ from tests.notebooks.noise import noise_in
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
 IN_PLACE = ["07_save_and_restore", "10_multi_worker"]
+# `make test`'s one lesson, end to end: the data-parallel step by hand and its parity numbers. The
+# others (and every solution) are in `make test-all`.
+QUICK_LESSON = "03_data_parallel_step"
+LESSONS = [nb if nb.stem == QUICK_LESSON else pytest.param(nb, marks=pytest.mark.slow) for nb in NOTEBOOKS]
 # Worked solutions to the exercises: run once, on the real data, at the same tiny sizes.
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*_solutions.ipynb"))
 # The kernels' own start-up lines ("Kernel is running over TCP ...") are not the test's output.
@@ -134,7 +138,7 @@ def check_offline(notebook: Path, records: dict, output: Path) -> None:
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", LESSONS, ids=[nb.stem for nb in NOTEBOOKS])
 def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypatch):
     data = real_data()  # looked up before the kernel's environment loses it
     in_place = notebook.stem in IN_PLACE
@@ -164,6 +168,7 @@ def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypa
         assert lint.returncode == 0, lint.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", SOLUTIONS, ids=[nb.stem for nb in SOLUTIONS])
 def test_solution_on_real_data(notebook, tmp_path):
@@ -449,8 +454,10 @@ def _(records: dict, p: dict) -> None:
     assert sorted(growth, key=int) == sorted({"1", str(p["PARITY_STEPS"])}, key=int)
     assert growth["1"]["towers"] < 1e-6 and growth["1"]["mirrored"] < 1e-6  # one step: rounding
     last = growth[str(p["PARITY_STEPS"])]
-    # Measured: rounding differences grow with the steps (5e-4 after 20 at the defaults).
-    assert last["towers"] > growth["1"]["towers"] and last["moved"] > last["towers"]
+    # Whether rounding differences grow is one CPU's kernels, not a law (measured: 1.5e-8 -> 5e-4 after
+    # 20 steps on one machine, 1.49e-8 both times on another). What holds everywhere: training moved
+    # the weights far more than the routes differ (5e-4 of 1.3e-2 moved after 20 steps).
+    assert last["towers"] < 0.1 * last["moved"] and last["mirrored"] < 0.1 * last["moved"]  # 0.04 at 20
     dropout = records["dropout_parity"]
     assert dropout["with"] > 1e-4 > 1e-6 > dropout["without"]  # other masks: other gradients
     assert records["split_3111_of_96"] == [48, 16, 16, 16]

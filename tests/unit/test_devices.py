@@ -11,6 +11,7 @@ from tests.conftest import ROOT, run_child
 CHILD = ROOT / "tests" / "unit" / "devices_child.py"
 
 
+@pytest.mark.slow
 def test_splits_the_cpu_says_so_and_is_idempotent():
     result = run_child(CHILD, "first")
     assert result["names"] == [f"/device:CPU:{i}" for i in range(4)]
@@ -20,6 +21,7 @@ def test_splits_the_cpu_says_so_and_is_idempotent():
     assert ", ".join(result["names"]) in result["printed"]
 
 
+@pytest.mark.slow
 def test_changing_the_count_after_start_asks_for_a_restart():
     refused, accepted = run_child(CHILD, "late")["messages"]
     assert "Restart the kernel" in refused and "setup_devices(2)" in refused

@@ -36,6 +36,7 @@ def _worst(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
+@pytest.mark.slow
 def test_saved_on_1_device_loads_on_4_and_saved_on_4_loads_on_1(tmp_path):
     # This process is the 1-device side (one CPU, nothing split); a child has 4 devices.
     import keras
@@ -103,6 +104,7 @@ def test_saved_on_1_device_loads_on_4_and_saved_on_4_loads_on_1(tmp_path):
 KILLED_SAVE_CHILD = ROOT / "tests" / "unit" / "killed_save_child.py"
 
 
+@pytest.mark.slow
 def test_a_save_killed_midway_leaves_the_old_file_loadable(tmp_path):
     result = child_process(KILLED_SAVE_CHILD, tmp_path, timeout=300)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from tests.conftest import ROOT, run_child
 
 SEED_000 = ROOT / "tests" / "unit" / "seed_000_child.py"
 
 
+@pytest.mark.slow
 def test_seed_000_runs_with_only_imports_changed(data_dir):
     result = run_child(SEED_000, timeout=600)
     assert result["n_train"] == 5085  # the shared CIFAR-10 subset; last batch 93 over 4 towers

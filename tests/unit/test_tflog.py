@@ -54,6 +54,7 @@ def _child(mode: str, **env: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, env={**child_env, "PYTHONPATH": str(ROOT), **env})  # fmt: skip
 
 
+@pytest.mark.slow
 def test_only_tensorflow_lines_are_dropped_from_fd_2():
     done = _child("lines")
     assert done.returncode == 1  # the RuntimeError at exit
@@ -71,12 +72,14 @@ def test_only_tensorflow_lines_are_dropped_from_fd_2():
     assert not [line for line in lines if TF_NOISE.match(line) and "restored" not in line]
 
 
+@pytest.mark.slow
 def test_show_tf_logs_turns_the_filter_off():
     done = _child("lines", MGTUTOR_SHOW_TF_LOGS="1")
     assert json.loads(done.stdout.splitlines()[-1]) == {"again": False, "level": None}
     assert done.stderr.count("failed call to cuInit") == 3  # before the restore, from the child, at the end
 
 
+@pytest.mark.slow
 def test_setup_devices_starts_tensorflow_without_a_log_line_even_where_tf_logs_info():
     done = _child("tensorflow")
     assert done.returncode == 0, done.stderr
@@ -86,6 +89,7 @@ def test_setup_devices_starts_tensorflow_without_a_log_line_even_where_tf_logs_i
     assert done.stderr == ""
 
 
+@pytest.mark.slow
 def test_importing_a_keras_name_from_mgtutor_first_is_quiet_too():
     done = _child("keras-first")
     assert done.returncode == 0, done.stderr

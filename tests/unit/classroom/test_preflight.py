@@ -40,6 +40,7 @@ def test_known_bad_versions_are_named_with_their_issue(package, version, ok, nam
     assert preflight.check_versions(versions, (3, 9))[0].ok is False  # Python 3.9
 
 
+@pytest.mark.slow
 def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
     empty = tmp_path / "nothing"
     empty.mkdir()
@@ -59,6 +60,7 @@ def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
     assert "preflight FAILED" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     if not os.environ.get("MGTUTOR_DATA_DIR"):
         pytest.skip("MGTUTOR_DATA_DIR not set: the data lines would be red")

@@ -239,6 +239,7 @@ def test_make_run_turns_command_line_variables_into_parameters():
     assert "ignoring lower: notebook parameters are ALL_CAPS" in result.stderr
 
 
+@pytest.mark.slow
 def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     name = "a b 'c' \"d\""
     done = _make("run", f"NOTEBOOKS={tiny_series}", f"RUNS={tmp_path / 'runs'}", f"NAME={name}", "EPOCHS=5",
@@ -264,6 +265,7 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     assert not (tmp_path / "refused").exists()
 
 
+@pytest.mark.slow
 def test_make_lab_opens_the_notebooks_with_the_python3_kernel():
     """`make lab` starts Jupyter from the venv; "python3" is the kernel Jupyter runs with its own Python."""
     kernels = {nb.name: json.loads(nb.read_text())["metadata"]["kernelspec"]["name"] for nb in

@@ -60,6 +60,7 @@ def test_too_few_batches_and_bad_counts_are_clear_errors():
 # --------------------------------------------------------------------------- the study, end to end
 
 
+@pytest.mark.slow
 def test_cli_study_on_one_and_two_devices(tmp_path):
     from mgtutor.data import load_dataset
 

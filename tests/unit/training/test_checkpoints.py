@@ -14,6 +14,7 @@ import pytest
 
 from mgtutor.files import ModelFileError
 from mgtutor.training import checkpoints
+from tests.conftest import ROOT, run_child
 
 
 def _variables():
@@ -85,3 +86,14 @@ def test_folder_arguments_are_checked_before_any_work(tmp_path):
     assert not (tmp_path / "a").exists()  # checked, not created
     with pytest.raises(ValueError, match="BackupAndRestore.*Pass checkpoint_dir"):
         checkpoints.refuse_backup_and_restore([keras.callbacks.BackupAndRestore("b")], "Pass checkpoint_dir")
+
+
+def test_metric_sums_resume_per_replica_to_the_last_bit(tmp_path):
+    """A metric restored mid-epoch on 2 replicas logs the uninterrupted run's value exactly."""
+    result = run_child(ROOT / "tests" / "unit" / "training" / "metric_parts_child.py", tmp_path)
+    assert result["parts_shape"] == [2]  # the `total` sum, one part per replica
+    assert result["saved parts"] == pytest.approx([1.9108851, 0.80936015], rel=1e-7)
+    assert result["own parts"] == result["uninterrupted"]  # bit-identical
+    # The total split evenly among the replicas (what a plain assign does) is one float32 ulp off here.
+    assert result["total split evenly"] != result["uninterrupted"]
+    assert result["total split evenly"] == pytest.approx(result["uninterrupted"], rel=1e-6)

@@ -143,6 +143,7 @@ def test_keras_backup_and_restore_does_not_resume_mid_epoch(tmp_path):
 RESUME_API_CHILD = ROOT / "tests" / "unit" / "training" / "resume_api_child.py"
 
 
+@pytest.mark.slow
 def test_resumable_fit_builds_continues_and_keeps_keras_named_checkpoints(tmp_path):
     out = run_child(RESUME_API_CHILD, tmp_path / "ckpt")
     first = out["first"]
@@ -220,6 +221,7 @@ def _kill_and_resume(folder: Path, n_devices: int, pauses: list[int]) -> dict:
     return {"kills": kills, "resumed": result, "uninterrupted": uninterrupted, "weight_diff": diff}
 
 
+@pytest.mark.slow
 def test_runs_killed_mid_epoch_resume_to_the_uninterrupted_weights(tmp_path):
     """1 and 2 devices side by side; 10 batches per epoch, 3 epochs, state saved every 2 batches.
 

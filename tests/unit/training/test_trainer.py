@@ -92,6 +92,7 @@ def test_sparse_labels_resolve_accuracy_like_compile():
 MIRRORED_CHILD = ROOT / "tests" / "unit" / "training" / "trainer_mirrored_child.py"
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_keras_fit_and_one_device():
     out = run_child(MIRRORED_CHILD, timeout=240)
     assert out["replicas"] == 2
@@ -130,17 +131,19 @@ def _resumable_run(folder, callbacks=()):
     return model, history
 
 
-def test_killed_run_resumes_from_last_checkpoint_to_identical_weights(tmp_path):
+# Checkpoints at global steps 4, 6 (epoch end), 8: a kill at 5 loses step 5 (resumes in epoch 1
+# after its batch 4), a kill at 11 loses steps 9-11 (resumes in epoch 2 after its batch 2).
+@pytest.mark.parametrize(("kill_at", "saved"), [(5, (0, 4)), (11, (1, 2))])
+def test_killed_run_resumes_from_last_checkpoint_to_identical_weights(tmp_path, kill_at, saved):
     uninterrupted, full = _resumable_run(tmp_path / "full")
     with pytest.raises(KeyboardInterrupt):
-        _resumable_run(tmp_path / "killed", callbacks=[_Crash(at_step=11)])
-    # Checkpoints at global steps 4, 6 (epoch end), 8; the kill at 11 loses steps 9-11.
-    assert resume_point(tmp_path / "killed") == (1, 2)
+        _resumable_run(tmp_path / "killed", callbacks=[_Crash(at_step=kill_at)])
+    assert resume_point(tmp_path / "killed") == saved
 
     resumed, history = _resumable_run(tmp_path / "killed")
 
-    assert history.resumed_from == (1, 2)  # epoch 2, after its batch 2 (global step 8)
-    assert history.steps_trained == 12 - 8
+    assert history.resumed_from == saved
+    assert history.steps_trained == 12 - (saved[0] * 6 + saved[1])
     assert max_weight_difference(resumed, uninterrupted) == 0.0  # measured: bit-identical
     assert weights_digest(resumed) == weights_digest(uninterrupted)
     _assert_same_history(history.history, full.history)
