@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _READY_SECONDS = 10.0
+_exposure_told = False  # the note on unisolated workers is printed once per process
 _READY = "ready"
 # ioctl numbers and flag from <linux/sockios.h> and <net/if.h>; struct ifreq is 40 bytes.
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -177,6 +178,26 @@ def exposure_note(ports: Sequence[int], why: str) -> str:
         f"(the workers talk to each other over localhost, which the firewall does not block); otherwise run "
         f"this only on a network you trust."
     )
+
+
+def for_workers(isolate: bool | None, ports: Sequence[int]) -> Namespace | None:
+    """A namespace for a job's workers as `isolate` asks; None without one (then the note, once)."""
+    global _exposure_told
+    why = "isolate=False was given"
+    if isolate is not False:
+        try:
+            return create()
+        except IsolationUnavailable as err:
+            if isolate:
+                raise IsolationUnavailable(
+                    f"isolate=True, but the workers cannot be isolated on this machine: {err}. "
+                    "Pass isolate=None to run them anyway (a note says what that exposes)."
+                ) from None
+            why = str(err)
+    if not _exposure_told:
+        _exposure_told = True
+        print(exposure_note(ports, why), flush=True)
+    return None
 
 
 def _hold() -> None:

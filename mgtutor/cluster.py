@@ -47,7 +47,6 @@ DEFAULT_TAIL_LINES = 40
 # termination on Windows); their output is unbuffered, so no log line is lost.
 _REAP_SECONDS = 5.0
 _POLL_SECONDS = 0.05
-_exposure_told = False  # the note on unisolated workers is printed once per process
 
 
 class ClusterError(RuntimeError):
@@ -258,7 +257,8 @@ class LocalCluster:
         if self._procs:
             raise RuntimeError("this cluster was started already; make a new LocalCluster to run again.")
         self.ports = free_ports(self.n_workers)
-        namespace = self._namespace()
+        namespace = _netns.for_workers(self.isolate, self.ports)
+        self.isolated = namespace is not None
         argv = namespace.command(self.argv) if namespace is not None else self.argv
         self._started = time.monotonic()
         try:
@@ -294,28 +294,6 @@ class LocalCluster:
             if namespace is not None:
                 namespace.close()  # the workers hold it now
         return self
-
-    def _namespace(self) -> _netns.Namespace | None:
-        """A private network namespace for the workers, or None (and the note, once) without one."""
-        global _exposure_told
-        why = "isolate=False was given"
-        if self.isolate is not False:
-            try:
-                namespace = _netns.create()
-            except _netns.IsolationUnavailable as err:
-                if self.isolate:
-                    raise _netns.IsolationUnavailable(
-                        f"isolate=True, but the workers cannot be isolated on this machine: {err}. "
-                        "Pass isolate=None to run them anyway (a note says what that exposes)."
-                    ) from None
-                why = str(err)
-            else:
-                self.isolated = True
-                return namespace
-        if not _exposure_told:
-            _exposure_told = True
-            print(_netns.exposure_note(self.ports, why), flush=True)
-        return None
 
     def __enter__(self) -> LocalCluster:
         return self.start() if not self._procs else self

@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from mgtutor import _netns
-from mgtutor import cluster as cluster_module
 from mgtutor._proctree import processes_in_group
 from mgtutor.checkpoints import resume_point
 from mgtutor.cluster import ClusterError, LocalCluster, free_ports, launch
@@ -170,7 +169,7 @@ def test_isolated_workers_share_one_private_namespace_and_talk_over_loopback():
 
 
 def test_without_isolation_launch_says_once_what_is_exposed(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(cluster_module, "_exposure_told", False)
+    monkeypatch.setattr(_netns, "_exposure_told", False)
     with monkeypatch.context() as patch:
         patch.setenv("PATH", str(tmp_path))  # no unshare, no nsenter: isolation is unavailable
         refused = LocalCluster(PLAIN, 2, args=["sleep"], stream=False, isolate=True)
