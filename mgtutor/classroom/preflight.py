@@ -29,6 +29,7 @@ NEEDED_MEMORY_GB = 4.0  # the series' peak, kernel and children (README)
 NEEDED_DISK_GB = 2.0
 SMOKE_TIMEOUT = 75.0
 SMOKE = "2-device smoke step"
+ISOLATION = "network isolation"
 
 
 @dataclass
@@ -130,6 +131,21 @@ def check_ports(ports: Sequence[int]) -> Check:
     return Check("ports", True, f"localhost: {named}")
 
 
+def check_isolation() -> Check:
+    """Can notebook 10's workers run in a private network namespace (loopback only) here? Made to see."""
+    from mgtutor.training.netns import availability
+
+    ok, detail = availability()
+    if ok:
+        return Check(ISOLATION, True, "notebook 10's workers run in a private network namespace with "
+                     f"loopback only, unreachable from the network (made with {detail})")  # fmt: skip
+    return Check(ISOLATION, False, f"unavailable ({detail}): notebook 10's workers will listen on every "
+                 "network interface, without a password, while they run",
+                 "answer deny to the firewall prompt and use a network you trust; on Linux, root or "
+                 "unprivileged user namespaces (if your administrator allows them) give isolation",
+                 warning=True)  # fmt: skip
+
+
 def check_resources(folder: Path) -> list[Check]:
     import psutil
 
@@ -154,6 +170,7 @@ def run_checks(
     checks.append(check_smoke())
     checks.extend(check_data(allow_synthetic))
     checks.append(check_ports(ports))
+    checks.append(check_isolation())
     checks.extend(check_resources(folder or Path.cwd()))
     return checks
 

@@ -2,6 +2,9 @@
 
 Each worker runs in its own process group; when one fails the others are stopped (a collective
 job cannot go on without it), and at the end every group is killed, so nothing is left behind.
+On Linux, where the system allows it, all workers of a job share one private network namespace
+with loopback only (`mgtutor.training.netns`): TensorFlow's unauthenticated gRPC servers, which listen on
+every interface, are then reachable from nowhere but the job itself.
 What a worker script itself uses (its ``TF_CONFIG``, `is_chief`, `report_result`) is in
 `mgtutor.training.worker`. No TensorFlow is imported here.
 """
@@ -29,6 +32,7 @@ from mgtutor._checks import check_whole, is_real, is_whole
 from mgtutor._proctree import kill_tree, new_group, processes_in_group
 from mgtutor._tflog import TF_NOISE
 from mgtutor.processes import parse_result
+from mgtutor.training import netns
 from mgtutor.training.worker import tf_config
 
 DEFAULT_TAIL_LINES = 40
@@ -105,6 +109,7 @@ class ClusterResult:
     timed_out: bool
     reason: str
     command: tuple[str, ...] = field(default=())
+    isolated: bool = False  # the workers ran in a private network namespace, loopback only
 
     @property
     def ok(self) -> bool:
@@ -129,6 +134,8 @@ class ClusterResult:
 
     def summary(self) -> str:
         lines = [f"{len(self.workers)} worker(s), {self.seconds:.1f} s: {self.reason}"]
+        lines.append("  network: " + ("isolated (a private namespace with loopback only)" if self.isolated
+                                      else "not isolated (the workers listened on every interface)"))
         for worker in self.workers:
             lines.append(f"  worker {worker.index} (pid {worker.pid}): {worker.status()}")
         return "\n".join(lines)
@@ -204,8 +211,11 @@ class LocalCluster:
         tail_lines: int = DEFAULT_TAIL_LINES,
         kill_worker: int | None = None,
         kill_when: str | None = None,
+        isolate: bool | None = None,
     ) -> None:
         check_whole("n_workers", n_workers, 1)
+        self.isolate = netns.check_isolate(isolate)
+        self.isolated = False
         self._watch: tuple[int, re.Pattern[str]] | None = None
         if kill_worker is not None or kill_when is not None:
             self._watch = (_check_kill(kill_worker, kill_when, int(n_workers)), re.compile(kill_when))
@@ -241,6 +251,9 @@ class LocalCluster:
         if self._procs:
             raise RuntimeError("this cluster was started already; make a new LocalCluster to run again.")
         self.ports = free_ports(self.n_workers)
+        namespace = netns.for_workers(self.isolate, self.ports)
+        self.isolated = namespace is not None
+        argv = namespace.command(self.argv) if namespace is not None else self.argv
         self._started = time.monotonic()
         try:
             for index in range(self.n_workers):
@@ -252,7 +265,7 @@ class LocalCluster:
                     "PYTHONUNBUFFERED": "1",  # lines arrive as they are printed, not at exit
                 }
                 proc = subprocess.Popen(
-                    self.argv,
+                    argv,
                     cwd=self.cwd,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -261,6 +274,7 @@ class LocalCluster:
                     text=True,
                     errors="replace",
                     bufsize=1,
+                    pass_fds=namespace.fds if namespace is not None else (),
                     **new_group(),
                 )
                 self._procs.append(proc)
@@ -270,6 +284,9 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+        finally:
+            if namespace is not None:
+                namespace.close()  # the workers hold it now
         return self
 
     def __enter__(self) -> LocalCluster:
@@ -393,6 +410,7 @@ class LocalCluster:
             timed_out=timed_out,
             reason=reason,
             command=tuple(self.argv),
+            isolated=self.isolated,
         )
 
 
@@ -441,6 +459,7 @@ def launch(
     kill_worker: int | None = None,
     kill_when: str | None = None,
     check: bool = False,
+    isolate: bool | None = None,
 ) -> ClusterResult:
     """Run `command` as `n_workers` localhost workers of one TF cluster, wait, and clean up.
 
@@ -452,13 +471,16 @@ def launch(
     stopped; after `timeout` seconds all are; every process group is killed
     at the end in any case (SIGKILL: TensorFlow catches SIGTERM).
     `kill_worker` and `kill_when` kill one worker when a matching line
-    appears (the fault-tolerance demo). Returns a `ClusterResult`; with
+    appears (the fault-tolerance demo). `isolate`: None runs the workers in
+    a private network namespace with loopback only where this machine allows
+    it (Linux), else prints once what is exposed; True refuses to run
+    without one; False never isolates. Returns a `ClusterResult`; with
     ``check=True`` a failure raises `ClusterError`.
     """
     timeout = _check_timeout(timeout)
     cluster = LocalCluster(
         command, n_workers, args=args, env=env, cwd=cwd, stream=stream, quiet_tf=quiet_tf,
-        kill_worker=kill_worker, kill_when=kill_when,
+        kill_worker=kill_worker, kill_when=kill_when, isolate=isolate,
     )  # fmt: skip
     with cluster:
         result = cluster.wait(timeout)

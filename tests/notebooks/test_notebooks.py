@@ -27,6 +27,7 @@ import pytest
 
 from mgtutor.classroom.runner import find_notebooks, notebook_parameters
 from mgtutor.records import read_records
+from mgtutor.training.netns import availability
 from tests.conftest import ROOT
 from tests.notebooks.noise import noise_in
 
@@ -403,6 +404,9 @@ def _(records: dict, p: dict) -> None:
     assert records["steps_trained_after_restart"] == steps - p["KILL_AFTER_STEP"]
     learnt(records, "val_accuracy")
     near_baseline(records)
+    # Both jobs ran in a private network namespace exactly where this machine can make one.
+    can, why = availability()
+    assert records["isolated"] is records["isolated_restart"] is can, why
 
 
 # --------------------------------------------------------------------------- solutions

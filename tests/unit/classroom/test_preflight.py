@@ -57,6 +57,8 @@ def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
     assert any(line.startswith("FAIL  ports:") and str(port) in line for line in lines)
     assert "python -m mgtutor.classroom.datakit download --to DIR" in done.stdout
     assert f"lsof -i :{port}" in done.stdout
+    isolation = "  ok  network isolation: notebook 10's workers run in a private network namespace"
+    assert any(line.startswith(isolation) for line in lines)  # this machine (and CI): root on Linux
     assert "preflight FAILED" in done.stdout
 
 
@@ -74,6 +76,17 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     difference = float(smoke["detail"].split("max weight difference ")[1].split()[0])
     assert difference <= preflight.PARITY_TOLERANCE
     assert checks["data cifar10"]["detail"].startswith("real data, from ")
+
+
+def test_isolation_is_reported_and_only_warns_where_unavailable(monkeypatch, tmp_path):
+    here = preflight.check_isolation()  # this machine (and CI) runs as root on Linux
+    made = "unshare --net" if os.geteuid() == 0 else "unshare --user --map-root-user --net"
+    assert here.ok and here.detail.endswith(f"(made with {made})"), here.detail
+    monkeypatch.setenv("PATH", str(tmp_path))  # no util-linux: a machine where it is unavailable
+    missing = preflight.check_isolation()
+    assert not missing.ok and missing.warning and not preflight.failed([missing])
+    assert "'nsenter' (util-linux) is not installed" in missing.detail
+    assert "every network interface" in missing.detail and "firewall prompt" in missing.fix
 
 
 def test_missing_data_only_warns_with_allow_synthetic():

@@ -7,11 +7,15 @@ ROLE is what the test needs from each worker:
 - ``fail_once_0_has_a_child``: worker 0 starts a grandchild and writes its pid to ARGS[0];
   worker 1 waits for that file, then exits 3;
 - ``sleep``: print, then sleep a minute (to be timed out or killed);
-- ``announce_then_sleep``: worker 0 prints a checkpoint line, then every worker sleeps.
+- ``announce_then_sleep``: worker 0 prints a checkpoint line, then every worker sleeps;
+- ``loopback_pair``: worker 0 listens on its ``TF_CONFIG`` port on every interface (as TensorFlow
+  does), worker 1 connects to it through ``localhost`` and says hello; each reports its network
+  namespace and interfaces.
 """
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -45,5 +49,25 @@ elif role == "announce_then_sleep":
     if INDEX == 0:
         print("checkpoint saved: step 4", flush=True)
     time.sleep(60)
+elif role == "loopback_pair":
+    addresses = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]
+    ports = [int(address.rsplit(":", 1)[1]) for address in addresses]
+    port = ports[0]
+    received = None
+    if INDEX == 0:
+        with socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True) as server:
+            connection, _ = server.accept()
+            with connection:
+                received = connection.recv(64).decode()
+    else:
+        for _ in range(500):  # worker 0 may not listen yet
+            try:
+                with socket.create_connection(("localhost", port), timeout=5) as client:
+                    client.sendall(f"hello from worker {INDEX}".encode())
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.01)
+    report_result({"netns": os.readlink("/proc/self/ns/net"), "received": received, "ports": ports,
+                   "interfaces": sorted(name for _, name in socket.if_nameindex())})  # fmt: skip
 else:
     sys.exit(f"plain_worker.py: unknown role {role!r}")

@@ -6,6 +6,10 @@ TensorFlow, well under a second each). Two tests start TensorFlow workers runnin
 statistics `Trainer` averages across the workers): two workers train to the
 weights of one process with two replicas, and a job whose worker is killed
 resumes from its last checkpoint to the weights of the uninterrupted job.
+Their workers run in a private network namespace where the machine allows it
+(here, as root, always): one test reads the listening sockets from outside it and
+compares its job with the same job run unisolated. Nothing connects anywhere but
+loopback.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +26,7 @@ import pytest
 
 from mgtutor._proctree import processes_in_group
 from mgtutor.processes import RESULT_MARK, parse_result
+from mgtutor.training import netns
 from mgtutor.training.checkpoints import resume_point
 from mgtutor.training.cluster import ClusterError, LocalCluster, free_ports, launch
 
@@ -76,6 +82,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
         (dict(command=PLAIN, env={"A": 1}), TypeError, "env must be a dict of str -> str"),
         (dict(command=PLAIN, args="--epochs 2"), TypeError, "args must be a list"),
         (dict(command=[]), TypeError, "command must be a script path or a non-empty argv list"),
+        (dict(command=PLAIN, isolate="yes"), TypeError, "isolate must be True, False or None"),
+        (dict(command=PLAIN, isolate=1), TypeError, "isolate must be True, False or None"),
     ]
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
@@ -147,6 +155,42 @@ def test_leaving_the_block_on_ctrl_c_kills_every_worker():
         assert processes_in_group(pid) == [] and not _alive(pid)
 
 
+def test_isolated_workers_share_one_private_namespace_and_talk_over_loopback():
+    # isolate=True: where no namespace can be made this fails, saying why.
+    result = launch(PLAIN, 2, args=["loopback_pair"], timeout=60, stream=False, isolate=True)
+
+    assert result.ok and result.isolated, result.summary()
+    assert "network: isolated (a private namespace with loopback only)" in result.summary()
+    first, second = result.results
+    assert first["netns"] == second["netns"] != os.readlink("/proc/self/ns/net")  # one, not the host's
+    assert first["interfaces"] == second["interfaces"] == ["lo"]
+    assert first["received"] == "hello from worker 1"  # through localhost, inside the namespace
+    _assert_nothing_left(result)
+
+
+def test_without_isolation_launch_says_once_what_is_exposed(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(netns, "_exposure_told", False)
+    with monkeypatch.context() as patch:
+        patch.setenv("PATH", str(tmp_path))  # no unshare, no nsenter: isolation is unavailable
+        refused = LocalCluster(PLAIN, 2, args=["sleep"], stream=False, isolate=True)
+        with pytest.raises(netns.IsolationUnavailable, match=r"isolate=True, but .*'nsenter' \(util-linux"):
+            refused.start()
+        assert refused.pids == [] and capsys.readouterr().out == ""  # refused before any worker started
+
+        first = launch(PLAIN, 2, args=["loopback_pair"], timeout=60, stream=False)
+        second = launch(PLAIN, 2, args=["loopback_pair"], timeout=60, stream=False)
+
+    printed = capsys.readouterr().out
+    assert first.ok and second.ok and not first.isolated and not second.isolated
+    assert printed.count("Note: these workers are reachable from the network.") == 1  # once per process
+    ports = first.results[0]["ports"]
+    assert f"every network interface (ports {ports[0]}, {ports[1]})" in printed
+    assert "'nsenter' (util-linux) is not installed" in printed and "answer deny" in printed
+    assert first.results[0]["netns"] == os.readlink("/proc/self/ns/net")  # the host's namespace
+    assert "network: not isolated" in first.summary()
+    _assert_nothing_left(first)
+
+
 # --------------------------------------------------------------------------- multi-worker training
 
 
@@ -160,9 +204,45 @@ def _max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(x.astype(np.float64) - y))) for x, y in zip(a, b, strict=True))
 
 
+def _listening(net: Path) -> set[int]:
+    """The TCP ports in LISTEN state in one network namespace: ``/proc/self/net`` or ``/proc/PID/net``."""
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        path = net / table
+        for line in path.read_text().splitlines()[1:] if path.exists() else []:
+            fields = line.split()  # sl, local address:port (hex), remote, state (0A: LISTEN), ...
+            if fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _job_args(weights: Path, checkpoints: Path) -> list:
+    # Checkpoints as the killed job below saves them: Trainer averages the workers' BatchNorm
+    # statistics at every save, so the two jobs round them alike (1 ulp apart otherwise).
+    return ["--weights-out", weights, "--checkpoint-dir", checkpoints, "--checkpoint-every", 2]
+
+
+def _running(cluster: LocalCluster, deadline: float) -> bool:
+    return time.monotonic() < deadline and all(map(_alive, cluster.pids))
+
+
+def _run_watching_sockets(args: list, isolate: bool | None) -> dict:
+    """Run the job; once both workers' ports listen (as worker 0 sees its network), read this machine's."""
+    with LocalCluster(JOB, 2, args=args, cwd=ROOT, stream=False, isolate=isolate) as cluster:
+        deadline, inside = time.monotonic() + 180, set()
+        while not set(cluster.ports) <= inside and _running(cluster, deadline):
+            inside = _listening(Path(f"/proc/{cluster.pids[0]}/net"))
+            time.sleep(0.02)
+        host = _listening(Path("/proc/self/net"))  # this test's namespace: the machine's own
+        namespaces = {os.readlink(f"/proc/{pid}/ns/net") for pid in cluster.pids}
+        ports = list(cluster.ports)
+        result = cluster.wait(timeout=240)
+    return {"result": result, "ports": ports, "inside": inside, "host": host, "namespaces": namespaces}
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """Two localhost workers, and beside them one process with 2 replicas, on the same job."""
+    """Two localhost workers (isolated where possible), and beside them one process with 2 replicas."""
     folder = tmp_path_factory.mktemp("multiworker")
     reference = subprocess.Popen(
         [sys.executable, str(JOB), "--strategy", "mirrored", "--devices", "2",
@@ -171,18 +251,14 @@ def uninterrupted(tmp_path_factory):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )  # fmt: skip
     try:
-        # Checkpoints as the killed job below saves them: Trainer averages the workers' BatchNorm
-        # statistics at every save, so the two jobs round them alike (1 ulp apart otherwise).
-        args = ["--weights-out", folder / "workers", "--checkpoint-dir", folder / "checkpoints",
-                "--checkpoint-every", 2]  # fmt: skip
-        result = launch(JOB, 2, args=args, cwd=ROOT, timeout=240)
+        watched = _run_watching_sockets(_job_args(folder / "workers", folder / "checkpoints"), isolate=None)
         output, _ = reference.communicate(timeout=240)
     finally:
         reference.kill()
         reference.wait()
     assert reference.returncode == 0, output[-3000:]
     reported = parse_result(output.strip().splitlines()[-1])
-    return {"result": result, "folder": folder, "reference": reported}
+    return {**watched, "folder": folder, "reference": reported}
 
 
 @pytest.mark.slow
@@ -199,6 +275,27 @@ def test_two_workers_train_identical_weights_equal_to_two_replicas(uninterrupted
         np.testing.assert_allclose(first["history"][key], values, atol=1e-5, err_msg=key)
     assert first["history"]["loss"][-1] < first["history"]["loss"][0]  # it learned something
     _assert_nothing_left(result)
+
+
+@pytest.mark.slow
+def test_isolated_workers_listen_on_no_port_of_this_machine_and_train_as_unisolated(uninterrupted, tmp_path):
+    isolated = uninterrupted
+    if not isolated["result"].isolated:
+        pytest.fail(f"the job could not be isolated on this machine: {netns.availability()[1]}")
+    ports = set(isolated["ports"])
+    assert ports <= isolated["inside"], isolated["result"].summary()  # both listen, in worker 0's namespace
+    assert not ports & isolated["host"]  # ...and on no interface of this machine
+    assert len(isolated["namespaces"]) == 1 and os.readlink("/proc/self/ns/net") not in isolated["namespaces"]
+
+    unisolated = _run_watching_sockets(_job_args(tmp_path / "open", tmp_path / "checkpoints"), isolate=False)
+
+    assert unisolated["result"].ok and not unisolated["result"].isolated, unisolated["result"].summary()
+    assert set(unisolated["ports"]) <= unisolated["host"]  # the same reading sees an unisolated job's ports
+    for reported, reference in zip(isolated["result"].results, unisolated["result"].results, strict=True):
+        assert reported["digest"] == reference["digest"]  # bit-identical weights
+        assert reported["history"] == reference["history"]
+    assert _max_difference(_weights(isolated["folder"] / "workers", 0), _weights(tmp_path / "open", 0)) == 0.0
+    _assert_nothing_left(unisolated["result"])
 
 
 # Mid-epoch in the first and in the second epoch (6 steps each): the restored metric sums and the
