@@ -208,13 +208,13 @@ def test_a_failing_or_slow_child_is_reported_with_its_last_lines(monkeypatch, tm
         return run
 
     monkeypatch.setattr(processes, "run_script", run_instead(broken))
-    with pytest.raises(study.BenchmarkError) as error:
+    with pytest.raises(measure.BenchmarkError) as error:
         study._run_child(4, ["flow"], {"model": "lenet"}, timeout=10)
     assert "4-device run (flow) failed (exit code 1)" in str(error.value)
     assert "cannot fill one global batch of 64" in str(error.value)
     monkeypatch.setattr(processes, "run_script", run_instead(slow))
     late = r"within timeout=1 s; pass a larger timeout(.|\n)*started"
-    with pytest.raises(study.BenchmarkError, match=late):
+    with pytest.raises(measure.BenchmarkError, match=late):
         study._run_child(1, ["synthetic"], {}, timeout=1)
 
 
