@@ -10,6 +10,7 @@ checks every lesson with it before the first one starts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from mgtutor._checks import is_whole
@@ -241,3 +242,41 @@ def lesson_plan(lesson: str, parameters: Mapping[str, Any]) -> Plan:
     if problems:
         raise ValueError(f"{lesson} cannot run with these parameters:\n  - " + "\n  - ".join(problems))
     return plan
+
+
+def check_lessons(plan: dict[Path, dict], defaults: dict[Path, dict]) -> dict[Path, dict]:
+    """`plan` (overrides per notebook) once every lesson takes them, else a ValueError with every refusal."""
+    refused = []
+    for notebook, overrides in plan.items():
+        try:
+            lesson_plan(notebook.stem, {**defaults[notebook], **overrides})
+        except ValueError as err:
+            refused.append(str(err))
+    if refused:
+        raise ValueError("\n".join(refused))
+    return plan
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m mgtutor.limits EPOCHS=1 TRAIN_SAMPLES=512``: would `make run` take these? Runs nothing."""
+    import argparse
+
+    from mgtutor.series import find_notebooks, parse_value, validate_overrides
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("overrides", nargs="*", metavar="NAME=VALUE", help="parameters, e.g. EPOCHS=1")
+    parser.add_argument("--notebooks", default="notebooks", help="folder with NN_topic.ipynb")
+    args = parser.parse_args(argv)
+    try:
+        pairs = [item.split("=", 1) for item in args.overrides]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ValueError(f"give overrides as NAME=VALUE, got {args.overrides}.")
+        notebooks = find_notebooks(args.notebooks)
+        validate_overrides({name: parse_value(value) for name, value in pairs}, notebooks)
+    except (ValueError, FileNotFoundError) as err:
+        parser.exit(2, f"error: {err}\n")
+    print(f"All {len(notebooks)} notebooks accept these parameters; nothing was run.")
+
+
+if __name__ == "__main__":
+    main()

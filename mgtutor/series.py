@@ -1,8 +1,7 @@
 """`make run`: every ``NN_topic.ipynb`` executed in order with papermill into ``runs/<timestamp>/``.
 
-Each notebook gets its own kernel; the run keeps ``index.html`` (for a teacher: status,
-parameters, duration, memory, metrics, the preflight checklist) and ``summary.json`` up to date.
-Overrides are checked before anything runs; the first failing notebook stops the run.
+Each notebook gets its own kernel; ``index.html`` (for a teacher) and ``summary.json`` are kept up to date.
+Overrides and each lesson's limits (`mgtutor.limits`) are checked before anything runs; a failure stops it.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from urllib.parse import quote
 
 from mgtutor._system import machine as _machine
 from mgtutor.files import atomic_write
+from mgtutor.limits import check_lessons
 from mgtutor.records import MIME_TYPE, read_records
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -99,29 +99,13 @@ def _check_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> d
                     f"parameter {name}={value!r} does not fit {nb.name}, whose default is "
                     f"{params[name]!r} ({type(params[name]).__name__}); pass a value of that type."
                 )
-    return {nb: {k: v for k, v in overrides.items() if k in params} for nb, params in defaults.items()}
-
-
-def _check_lessons(plan: dict[Path, dict], defaults: dict[Path, dict]) -> None:
-    """Every lesson's own limits (`mgtutor.limits`), the ones its first cells check: all refusals at once."""
-    from mgtutor.limits import lesson_plan
-
-    refused = []
-    for nb, overrides in plan.items():
-        try:
-            lesson_plan(nb.stem, {**defaults[nb], **overrides})
-        except ValueError as err:
-            refused.append(str(err))
-    if refused:
-        raise ValueError("\n".join(refused))
+    plan = {nb: {k: v for k, v in overrides.items() if k in params} for nb, params in defaults.items()}
+    return check_lessons(plan, defaults)  # each lesson's own limits, the ones its first cell checks
 
 
 def validate_overrides(overrides: dict[str, Any], notebooks: Sequence[Path]) -> dict[Path, dict]:
     """Per notebook, the overrides it takes; raises ValueError before any run on a bad one."""
-    defaults = {nb: notebook_parameters(nb) for nb in notebooks}
-    plan = _check_overrides(overrides, defaults)
-    _check_lessons(plan, defaults)
-    return plan
+    return _check_overrides(overrides, {nb: notebook_parameters(nb) for nb in notebooks})
 
 
 def _without_records(nb: Any) -> Any:
@@ -205,14 +189,12 @@ def run_series(
     only: Sequence[str] = (),
     command: str | None = None,
     preflight: bool = False,
-    check_only: bool = False,
-) -> Path | None:
+) -> Path:
     """Execute the series into a new timestamped folder and return that folder.
 
     A failing notebook stops the run with ``SystemExit(1)`` after its executed
     copy, its HTML and the reports are written. `preflight` puts `make check`'s
-    checklist first (a FAIL line is shown, it does not stop the run). `check_only`
-    checks the overrides against every lesson's limits and returns None, running nothing.
+    checklist first (a FAIL line is shown, it does not stop the run).
     """
     notebooks = find_notebooks(notebooks_dir)
     if only:
@@ -221,10 +203,6 @@ def run_series(
             raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
     defaults = {nb: notebook_parameters(nb) for nb in notebooks}
     plan = _check_overrides(overrides or {}, defaults)
-    _check_lessons(plan, defaults)
-    if check_only:
-        print(f"All {len(notebooks)} notebooks accept these parameters; nothing was run (--check-only).")
-        return None
     run_dir = _new_run_dir(Path(runs_dir))
     report: dict[str, Any] = {
         "started": datetime.now().isoformat(timespec="seconds"),
@@ -502,7 +480,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     parser.add_argument("--only", nargs="*", default=(), help="notebook prefixes, e.g. 00 01")
     parser.add_argument("--no-preflight", action="store_true", help="skip the make check list at the top")
-    parser.add_argument("--check-only", action="store_true", help="check the parameters, run nothing")
     parser.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
         help="override a notebook parameter, e.g. -p EPOCHS 5",
@@ -513,8 +490,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = shlex.join(["python", "-m", "mgtutor.series", *arguments])
     try:
         run_series(args.notebooks, args.runs, overrides, kernel_name=args.kernel, only=args.only,
-                   command=command, preflight=not args.no_preflight and not args.check_only,
-                   check_only=args.check_only)  # fmt: skip
+                   command=command, preflight=not args.no_preflight)  # fmt: skip
     except (ValueError, FileNotFoundError) as err:
         parser.exit(2, f"error: {err}\n")
 

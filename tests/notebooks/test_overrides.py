@@ -3,7 +3,7 @@
 tests/unit/test_limits.py checks the whole grid of common overrides against every
 lesson's limits (cheap, nothing run). Here the lessons run: the two whose step
 counts come from their parameters (07's save and kill, 09's rounds) at the quick
-run that used to stop them, with their checks, and a refusal seen in the notebook
+run that used to stop them, with what those steps decide, and a refusal seen in the notebook
 itself, in its first cells, before any work.
 """
 
@@ -14,7 +14,7 @@ import json
 import papermill
 import pytest
 
-from tests.notebooks.test_notebooks import NOTEBOOKS, check, execute, kernel
+from tests.notebooks.test_notebooks import NOTEBOOKS, execute, kernel
 
 QUICK = {"EPOCHS": 1, "TRAIN_SAMPLES": 512, "TEST_SAMPLES": 128}
 BY_STEM = {nb.stem: nb for nb in NOTEBOOKS}
@@ -34,7 +34,17 @@ def test_quick_run_takes_the_steps_from_the_parameters(stem, tmp_path):
     parameters = overrides_for(stem, QUICK)
     with kernel(tmp_path) as km:
         records = execute(BY_STEM[stem], tmp_path / f"{stem}.ipynb", parameters, tmp_path, km)
-    check(BY_STEM[stem], records, parameters)
+    # What the steps decide; not the accuracy claims, which 8 steps of training cannot make.
+    if stem == "07_save_and_restore":
+        assert records["kill_at"] == [0, 5] and records["killed_at"] == [0, 4]  # saved every 2 of 8 batches
+        assert records["resume_weight_difference"] == 0.0
+        curves = records["loss_curves"]
+        assert curves["interrupted"] == curves["uninterrupted"] and len(curves["uninterrupted"]) == 1
+        assert records["reload_one_device_difference"] < 1e-6
+    else:  # 512 images hold 8 rounds of 2 x 32: the seed's wrapper runs 6, two averagings
+        assert records["seed_rounds"] == 6 and len(records["seed_wrapper_spreads"]) == 2
+        assert records["spread_after_averaging"] == 0.0
+        assert max(records["averaging_vs_allreduce"].values()) < 1e-5
 
 
 @pytest.mark.slow

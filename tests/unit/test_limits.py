@@ -7,7 +7,9 @@ import itertools
 import pytest
 
 from mgtutor.limits import lesson_plan
-from mgtutor.series import find_notebooks, main, notebook_parameters, validate_overrides
+from mgtutor.limits import main as limits_main
+from mgtutor.series import find_notebooks, notebook_parameters, validate_overrides
+from mgtutor.series import main as series_main
 from tests.conftest import ROOT
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
@@ -100,11 +102,19 @@ def test_the_runner_checks_every_lesson_before_the_first_starts(tmp_path, capsys
     with pytest.raises(ValueError, match="04_multi_gpu_wrapping cannot run") as refused:
         validate_overrides({"N_DEVICES": 1}, NOTEBOOKS)
     assert "07_save_and_restore cannot run" in str(refused.value)  # every refusal at once
-    with pytest.raises(SystemExit) as stopped:
-        main(["--notebooks", str(ROOT / "notebooks"), "--runs", str(tmp_path), "--check-only",
-              "-p", "N_DEVICES", "1"])  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:  # make run: the same refusal, before any run folder exists
+        series_main(["--notebooks", str(ROOT / "notebooks"), "--runs", str(tmp_path), "--no-preflight",
+                     "-p", "N_DEVICES", "1"])  # fmt: skip
     assert stopped.value.code == 2 and "N_DEVICES must be a whole number >= 2" in capsys.readouterr().err
-    main(["--notebooks", str(ROOT / "notebooks"), "--runs", str(tmp_path), "--check-only",
-          "-p", "EPOCHS", "1", "-p", "TRAIN_SAMPLES", "512"])  # fmt: skip
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_check_alone_runs_nothing(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        limits_main(["--notebooks", str(ROOT / "notebooks"), "N_DEVICES=1"])
+    assert stopped.value.code == 2 and "04_multi_gpu_wrapping cannot run" in capsys.readouterr().err
+    limits_main(["--notebooks", str(ROOT / "notebooks"), "EPOCHS=1", "TRAIN_SAMPLES=512"])
     assert f"All {len(NOTEBOOKS)} notebooks accept these parameters" in capsys.readouterr().out
-    assert not list(tmp_path.iterdir())  # nothing run, no run folder
+    with pytest.raises(SystemExit):
+        limits_main(["--notebooks", str(ROOT / "notebooks"), "EPOCHS"])
+    assert "NAME=VALUE" in capsys.readouterr().err
