@@ -185,6 +185,7 @@ def _(records: dict, p: dict) -> None:
     assert records["device_kind"] in ("gpu", "logical-gpu", "logical-cpu")
     assert records["setup_is_idempotent"] is True and records["changing_n_refused"] is True
     assert records["placement_ok"] == [True] * p["N_DEVICES"]
+    assert records["plain_tf_devices"] == records["device_names"]  # the plain TF it stands for, same names
     assert records["versions"]["tensorflow"].startswith("2.21")
     assert records["versions"]["keras"].startswith("3.")
     assert Path(records["kernel_python"]).resolve() == Path(sys.executable).resolve()
@@ -259,6 +260,7 @@ def _(records: dict, p: dict) -> None:
     assert records["strategy_update_vs_one_device"] < 1e-6
     assert records["replica_copy_spread"] == 0.0
     assert records["fit_update_vs_one_device"] < 1e-6
+    assert records["plain_strategy_vs_helper"] < 1e-6  # tf.distribute.MirroredStrategy written out
     learnt(records, "mirrored_val_accuracy")
     near_baseline(records)
 
@@ -335,6 +337,8 @@ def _(records: dict, p: dict) -> None:
     kill_epoch, kill_batch = records["kill_at"]  # derived from the parameters (mgtutor.limits)
     assert epoch == kill_epoch < p["EPOCHS"] and 0 < batch <= kill_batch  # killed mid-epoch, after a save
     assert records["resume_weight_difference"] == 0.0
+    state = records["resume_state"]  # the state file, read with NumPy alone: where the kill left it
+    assert state["position"] == records["killed_at"] and {"model", "optimizer"} <= set(state["groups"])
     curves = records["loss_curves"]
     assert curves["interrupted"] == curves["uninterrupted"]
     assert len(curves["uninterrupted"]) == p["EPOCHS"]
@@ -375,6 +379,7 @@ def _(records: dict, p: dict) -> None:
     assert records["spread_after_averaging"] == 0.0
     # Averaging every step equals all-reduce: plain SGD and Nesterov (momentum averaged too).
     assert records["averaging_vs_allreduce"]["plain SGD"] < 1e-5
+    assert records["averaging_by_hand_vs_wrapper"] < 1e-6  # the averaging step written out in plain Keras
     # Momentum carries float32 rounding from step to step; the notebook says both stay under 1e-5.
     assert records["averaging_vs_allreduce"]["SGD + Nesterov"] < 1e-5
     curves, every = records["curves"], math.lcm(*p["FREQUENCIES"])
