@@ -11,7 +11,7 @@ unprivileged user namespaces), brings loopback up and checks it is the only inte
 launcher keeps the namespace alive by holding its file descriptors, and starts every worker
 inside it with ``nsenter`` (which sets the namespace, then executes the worker: same process,
 same pipes, same process group, same files; only the network is private). By hand, as root
-(each worker with its own ``TF_CONFIG``, as `mgtutor.worker.tf_config` writes it)::
+(each worker with its own ``TF_CONFIG``, as `mgtutor.training.worker.tf_config` writes it)::
 
     unshare --net sh -c 'ip link set lo up; TF_CONFIG=$C0 python w.py & TF_CONFIG=$C1 python w.py & wait'
 
