@@ -70,6 +70,7 @@ _EXPORTS = {
     # notebook plumbing and plots
     "record": "records",
     "working_folder": "workspace",
+    "lesson_plan": "classroom.limits",
     "one_device_baseline": "baseline",
     "run_script": "processes",
     "show_images": "plots",

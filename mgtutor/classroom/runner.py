@@ -1,8 +1,7 @@
 """`make run`: every ``NN_topic.ipynb`` executed in order with papermill into ``runs/<timestamp>/``.
 
-Each notebook gets its own kernel; the run keeps ``index.html`` (for a teacher: status,
-parameters, duration, memory, metrics, the preflight checklist) and ``summary.json`` up to date.
-Overrides are checked before anything runs; the first failing notebook stops the run.
+Each notebook gets its own kernel; ``index.html`` (for a teacher) and ``summary.json`` are kept up to date.
+Overrides and each lesson's limits (`limits`) are checked before anything runs; a failure stops it.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 from mgtutor._system import machine as _machine
+from mgtutor.classroom.limits import check_lessons
 from mgtutor.files import atomic_write
 from mgtutor.records import MIME_TYPE, read_records
 
@@ -99,7 +99,8 @@ def _check_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> d
                     f"parameter {name}={value!r} does not fit {nb.name}, whose default is "
                     f"{params[name]!r} ({type(params[name]).__name__}); pass a value of that type."
                 )
-    return {nb: {k: v for k, v in overrides.items() if k in params} for nb, params in defaults.items()}
+    plan = {nb: {k: v for k, v in overrides.items() if k in params} for nb, params in defaults.items()}
+    return check_lessons(plan, defaults)  # each lesson's own limits, the ones its first cell checks
 
 
 def validate_overrides(overrides: dict[str, Any], notebooks: Sequence[Path]) -> dict[Path, dict]:

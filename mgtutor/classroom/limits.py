@@ -1,0 +1,285 @@
+"""What each lesson needs of its parameters, in one place: the notebook's first cells and `make run` read it.
+
+`lesson_plan(lesson, parameters)` refuses values a lesson cannot honour (one
+ValueError naming each parameter, the minimum and why) and returns the step
+counts the lesson derives from them (07's save and kill steps, 09's rounds,
+10's checkpoint and kill steps). It imports nothing heavy: the series runner
+checks every lesson with it before the first one starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mgtutor._checks import is_whole
+
+Plan = dict[str, Any]
+_RULES: dict[str, Callable[[Mapping[str, Any], list[str]], Plan]] = {}
+
+
+def _lesson(stem: str) -> Callable:
+    def register(function: Callable) -> Callable:
+        _RULES[stem] = function
+        return function
+
+    return register
+
+
+def _whole(p: Mapping[str, Any], name: str, minimum: int, why: str, problems: list[str]) -> bool:
+    """Append a problem unless p[name] is a whole number >= minimum; True when it is."""
+    value = p.get(name)
+    if is_whole(value) and value >= minimum:
+        return True
+    problems.append(f"{name} must be a whole number >= {minimum} ({why}), got {value!r}.")
+    return False
+
+
+def _at_least(value: int, needed: int, message: str, problems: list[str]) -> None:
+    if value < needed:
+        problems.append(message.format(needed=needed))
+
+
+def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES", at_least: int = 1,
+            why: str = "the number of devices") -> int | None:  # fmt: skip
+    """Checks the sizes most lessons share; the global batch, or None when a part of it is wrong."""
+    ok = True
+    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES", "EPOCHS"):
+        if name in p:
+            ok &= _whole(p, name, 1, "a count", problems)
+    fine = devices not in p or _whole(p, devices, at_least, why, problems)
+    if "BATCH_SIZE_PER_REPLICA" not in p or devices not in p:
+        return None
+    if _whole(p, "BATCH_SIZE_PER_REPLICA", 1, "images per device and step", problems) and fine and ok:
+        return int(p["BATCH_SIZE_PER_REPLICA"]) * int(p[devices])
+    return None
+
+
+_REPLICAS = "the lesson compares replicas, so it needs at least two"
+_TOWERS = "multi_gpu_model builds one tower per device and needs at least two"
+
+
+def _enough_for(p: Mapping[str, Any], batch: int, batches: int, what: str, problems: list[str]) -> None:
+    _at_least(
+        int(p["TRAIN_SAMPLES"]), batches * batch,
+        f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: {what} needs {batches} global batch(es) of "
+        f"{batch} (BATCH_SIZE_PER_REPLICA x N_DEVICES), TRAIN_SAMPLES >= {{needed}}.", problems,
+    )  # fmt: skip
+
+
+def _parity(p: Mapping[str, Any], batch: int | None, problems: list[str]) -> None:
+    """The parity check trains PARITY_STEPS distinct global batches."""
+    if _whole(p, "PARITY_STEPS", 1, "training steps compared", problems) and batch:
+        _enough_for(p, batch, int(p["PARITY_STEPS"]), f"the parity check's PARITY_STEPS={p['PARITY_STEPS']}",
+                    problems)  # fmt: skip
+
+
+@_lesson("00_environment")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _whole(p, "N_DEVICES", 1, "the number of devices", problems)
+    return {}
+
+
+@_lesson("01_prepare_data")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _common(p, problems)
+    return {}
+
+
+@_lesson("02_build_cnn")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _common(p, problems)
+    _whole(p, "BATCH_SIZE", 1, "images per step", problems)
+    return {}
+
+
+@_lesson("03_data_parallel_step")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, at_least=2, why=_REPLICAS)
+    if batch:
+        _enough_for(p, batch, 1, "the by-hand step", problems)
+    return {}
+
+
+@_lesson("04_multi_gpu_wrapping")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _parity(p, _common(p, problems, at_least=2, why=_TOWERS), problems)
+    return {}
+
+
+@_lesson("05_batchnorm_and_replica_state")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _parity(p, _common(p, problems, at_least=2, why=_REPLICAS), problems)
+    if is_whole(p.get("TRAIN_SAMPLES")):
+        _at_least(int(p["TRAIN_SAMPLES"]), 64, "TRAIN_SAMPLES must be >= {needed}: section 6 draws batches "
+                  "of up to 64 distinct images.", problems)  # fmt: skip
+    return {}
+
+
+@_lesson("06_augmented_training")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, at_least=2, why=_TOWERS)
+    _whole(p, "PIPELINE_BATCHES", 1, "batches timed per pipeline", problems)
+    if batch:
+        _enough_for(p, batch, 1, "an epoch of TRAIN_SAMPLES // batch steps", problems)
+        _at_least(int(p["TRAIN_SAMPLES"]), 8, "TRAIN_SAMPLES must be >= {needed}: section 2 draws 8 images.",
+                  problems)  # fmt: skip
+    return {}
+
+
+@_lesson("07_save_and_restore")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, at_least=2, why=_TOWERS)
+    every = p.get("SAVE_EVERY_STEPS")
+    if every is not None:
+        _whole(p, "SAVE_EVERY_STEPS", 1, "batches between saves, or None for a quarter of an epoch", problems)
+    if not batch:
+        return {}
+    steps = -(-int(p["TRAIN_SAMPLES"]) // batch)
+    if steps < 2:
+        problems.append(
+            f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} gives {steps} batch per epoch of the global batch {batch}; "
+            f"section 5 kills the run mid-epoch, so it needs TRAIN_SAMPLES >= {batch + 1}."
+        )
+        return {}
+    # Killed after the batch just past the middle of the middle epoch; saved every quarter of an epoch.
+    kill = [(int(p["EPOCHS"]) - 1) // 2, steps // 2 + 1]
+    if every is None:
+        every = max(1, steps // 4)
+    elif is_whole(every) and every > steps // 2:
+        problems.append(
+            f"SAVE_EVERY_STEPS={every} saves no checkpoint before the kill at batch {kill[1]} of {steps}: "
+            f"use SAVE_EVERY_STEPS <= {steps // 2}, or None (a quarter of an epoch)."
+        )
+    return {"steps_per_epoch": steps, "save_every_steps": every, "kill_at": kill}
+
+
+@_lesson("08_scaling_study")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _common(p, problems, at_least=2, why="the learning-rate study trains N devices' larger batch")
+    counts = p.get("DEVICE_COUNTS")
+    if not (isinstance(counts, list | tuple) and counts and all(is_whole(n) and n >= 1 for n in counts)):
+        problems.append(f"DEVICE_COUNTS must be a list of device counts >= 1, e.g. [1, 2], got {counts!r}.")
+        counts = []
+    sweep = p.get("SWEEP")
+    if not (isinstance(sweep, list | tuple) and sweep and all(is_whole(b) and b >= 1 for b in sweep)):
+        problems.append(f"SWEEP must be a list of batch sizes >= 1, e.g. [16, 32], got {sweep!r}.")
+        sweep = []
+    for name in ("GLOBAL_BATCH", "BENCH_STEPS", "STUDY_SAMPLES"):
+        _whole(p, name, 1, "a count", problems)
+    glob, devices = p.get("GLOBAL_BATCH"), p.get("N_DEVICES")
+    if is_whole(glob) and glob >= 1:
+        for n in [*counts, *([devices] if is_whole(devices) and devices >= 1 else [])]:
+            if glob % n:
+                problems.append(f"GLOBAL_BATCH={glob} does not split evenly over {n} devices (strong scaling "
+                                "and section 4 give each device the same share): use a multiple of it.")
+        if is_whole(p.get("TRAIN_SAMPLES")):
+            _at_least(int(p["TRAIN_SAMPLES"]), max([glob, *sweep]), "TRAIN_SAMPLES must be >= {needed}: the "
+                      "batch sweep and section 4 each take one batch of that size.", problems)  # fmt: skip
+    return {}
+
+
+@_lesson("09_parameter_averaging")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, at_least=2, why="averaging needs at least two workers")
+    frequencies = p.get("FREQUENCIES")
+    if not (isinstance(frequencies, list | tuple) and frequencies
+            and all(is_whole(f) and f >= 1 for f in frequencies)):  # fmt: skip
+        problems.append(f"FREQUENCIES must be a list of averaging frequencies >= 1, got {frequencies!r}.")
+    _whole(p, "EVALS", 1, "evaluations", problems)
+    if not batch:
+        return {}
+    rounds = int(p["TRAIN_SAMPLES"]) // batch  # rounds the training set holds: one batch per worker each
+    # Seed 004 averages every 3 rounds; 12 rounds show 4 averagings, fewer data show fewer.
+    _at_least(rounds, 3, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} holds {rounds} round(s) of {batch} images "
+              "(BATCH_SIZE_PER_REPLICA x N_DEVICES); the seed's wrapper averages every 3, so it needs "
+              f"TRAIN_SAMPLES >= {3 * batch}.", problems)  # fmt: skip
+    return {"seed_rounds": min(12, rounds) // 3 * 3, "parity_rounds": min(10, rounds)}
+
+
+@_lesson("10_multi_worker")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, devices="N_WORKERS", at_least=2,
+                    why="a cluster of two or more workers, one of which is killed")  # fmt: skip
+    if not batch:
+        return {}
+    total = int(p["EPOCHS"]) * (int(p["TRAIN_SAMPLES"]) // batch)  # the Trainer drops a last partial batch
+    if total < 2:
+        problems.append(f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} x EPOCHS={p['EPOCHS']} give {total} step(s) of "
+                        f"the global batch {batch}; the kill and restart need >= 2: TRAIN_SAMPLES >= "
+                        f"{2 * batch}.")  # fmt: skip
+        return {}
+    every, kill = p.get("CHECKPOINT_EVERY_STEPS"), p.get("KILL_AFTER_STEP")
+    if every is None:
+        every = max(1, total // 4)
+    elif not _whole(p, "CHECKPOINT_EVERY_STEPS", 1, "steps between checkpoints, or None", problems):
+        return {}
+    if kill is None:
+        kill = max(every, total // 2 // every * every)
+    if not is_whole(kill) or kill < 1 or kill % every or kill >= total:
+        problems.append(
+            f"KILL_AFTER_STEP={kill!r} must be a checkpoint step (a multiple of "
+            f"CHECKPOINT_EVERY_STEPS={every}) before the run's last step {total}: "
+            "the worker is killed when that checkpoint is saved. "
+            "Use None for the checkpoint nearest half-way."
+        )
+    return {"total_steps": total, "checkpoint_every_steps": every, "kill_after_step": kill}
+
+
+def lesson_plan(lesson: str, parameters: Mapping[str, Any]) -> Plan:
+    """The step counts `lesson` derives from `parameters`; a ValueError naming every value it cannot take.
+
+    `lesson` is a notebook's name without ``.ipynb`` (``"07_save_and_restore"``);
+    `parameters` its parameters cell (a notebook passes ``globals()``). A lesson
+    with no rules returns ``{}``.
+    """
+    rule = _RULES.get(str(lesson).removesuffix(".ipynb"))
+    if rule is None:
+        return {}
+    problems: list[str] = []
+    plan = rule(parameters, problems)
+    if problems:
+        raise ValueError(f"{lesson} cannot run with these parameters:\n  - " + "\n  - ".join(problems))
+    return plan
+
+
+def check_lessons(plan: dict[Path, dict], defaults: dict[Path, dict]) -> dict[Path, dict]:
+    """`plan` (overrides per notebook) once every lesson takes them, else a ValueError with every refusal."""
+    refused = []
+    for notebook, overrides in plan.items():
+        try:
+            lesson_plan(notebook.stem, {**defaults[notebook], **overrides})
+        except ValueError as err:
+            refused.append(str(err))
+    if refused:
+        raise ValueError("\n".join(refused))
+    return plan
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m mgtutor.classroom.limits EPOCHS=1 TRAIN_SAMPLES=512``: would `make run` take these?
+
+    Runs nothing.
+    """
+    import argparse
+
+    from mgtutor.classroom.runner import find_notebooks, parse_value, validate_overrides
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("overrides", nargs="*", metavar="NAME=VALUE", help="parameters, e.g. EPOCHS=1")
+    parser.add_argument("--notebooks", default="notebooks", help="folder with NN_topic.ipynb")
+    args = parser.parse_args(argv)
+    try:
+        pairs = [item.split("=", 1) for item in args.overrides]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ValueError(f"give overrides as NAME=VALUE, got {args.overrides}.")
+        notebooks = find_notebooks(args.notebooks)
+        validate_overrides({name: parse_value(value) for name, value in pairs}, notebooks)
+    except (ValueError, FileNotFoundError) as err:
+        parser.exit(2, f"error: {err}\n")
+    print(f"All {len(notebooks)} notebooks accept these parameters; nothing was run.")
+
+
+if __name__ == "__main__":
+    main()

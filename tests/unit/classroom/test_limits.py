@@ -1,0 +1,120 @@
+"""mgtutor.classroom.limits: every lesson takes the common overrides or refuses them up front, naming it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from mgtutor.classroom.limits import lesson_plan
+from mgtutor.classroom.limits import main as limits_main
+from mgtutor.classroom.runner import find_notebooks, notebook_parameters, validate_overrides
+from mgtutor.classroom.runner import main as series_main
+from tests.conftest import ROOT
+
+NOTEBOOKS = find_notebooks(ROOT / "notebooks")
+# What a new user tries first: `make run TRAIN_SAMPLES=512 EPOCHS=1`, and the like, for every lesson at once.
+GRID = list(itertools.product([256, 512, 1000], [1, 2], [1, 2, 4]))
+
+
+def plans(train: int, epochs: int, devices: int) -> dict[str, dict]:
+    """Each lesson's plan at these overrides, or the text of its refusal."""
+    out = {}
+    for nb in NOTEBOOKS:
+        defaults = notebook_parameters(nb)
+        wanted = {"TRAIN_SAMPLES": train, "EPOCHS": epochs, "N_DEVICES": devices, "N_WORKERS": devices}
+        overrides = {k: v for k, v in wanted.items() if k in defaults}
+        try:
+            out[nb.stem] = lesson_plan(nb.stem, {**defaults, **overrides})
+        except ValueError as err:
+            out[nb.stem] = str(err)
+    return out
+
+
+def test_every_lesson_accepts_its_defaults_and_the_tests_tiny_values():
+    from tests.notebooks.test_notebooks import tiny_parameters
+
+    for nb in NOTEBOOKS:
+        lesson_plan(nb.stem, notebook_parameters(nb))
+        lesson_plan(nb.stem, {**notebook_parameters(nb), **tiny_parameters(nb)})
+
+
+@pytest.mark.parametrize(("train", "epochs", "devices"), GRID)
+def test_common_overrides_are_taken_or_refused_naming_the_parameter(train, epochs, devices):
+    for stem, plan in plans(train, epochs, devices).items():
+        if isinstance(plan, str):  # refused: the message names a parameter, its minimum and why
+            assert plan.startswith(f"{stem} cannot run with these parameters")
+            assert any(name in plan for name in ("TRAIN_SAMPLES", "N_DEVICES", "N_WORKERS", "EPOCHS")), plan
+            assert ">=" in plan or "<=" in plan, plan
+    if devices >= 2:  # every refusal at two devices or more is about too few images
+        refused = [stem for stem, plan in plans(train, epochs, devices).items() if isinstance(plan, str)]
+        assert all(f"{stem} cannot run" in plans(train, epochs, devices)[stem] for stem in refused)
+        assert devices * 32 * 3 > train or not refused, refused
+
+
+def test_one_device_is_refused_by_the_lessons_that_compare_replicas():
+    refused = {stem for stem, plan in plans(5000, 3, 1).items() if isinstance(plan, str)}
+    assert refused == {"03_data_parallel_step", "04_multi_gpu_wrapping", "05_batchnorm_and_replica_state",
+                       "06_augmented_training", "07_save_and_restore", "08_scaling_study",
+                       "09_parameter_averaging", "10_multi_worker"}  # fmt: skip
+    assert "N_DEVICES must be a whole number >= 2" in plans(5000, 3, 1)["04_multi_gpu_wrapping"]
+
+
+def test_the_quick_run_of_the_issue_is_taken_by_every_lesson():
+    quick = plans(512, 1, 2)
+    assert not [stem for stem, plan in quick.items() if isinstance(plan, str)]
+    # 07: 8 batches of 64; saved every 2, killed after batch 5 of the only epoch: the last save is mid-epoch.
+    assert quick["07_save_and_restore"] == {"steps_per_epoch": 8, "save_every_steps": 2, "kill_at": [0, 5]}
+    # 09: 512 images hold 8 rounds of 2 x 32: the seed's wrapper runs 6 (two averagings), the parity check 8.
+    assert quick["09_parameter_averaging"] == {"seed_rounds": 6, "parity_rounds": 8}
+    # 10: 8 steps of 2 x 32: a checkpoint every 2, the kill after the one at step 4.
+    assert quick["10_multi_worker"] == {"total_steps": 8, "checkpoint_every_steps": 2, "kill_after_step": 4}
+
+
+@pytest.mark.parametrize(("train", "epochs", "devices"), [g for g in GRID if g[2] >= 2])
+def test_derived_steps_fit_the_run(train, epochs, devices):
+    plan = plans(train, epochs, devices)
+    save = plan["07_save_and_restore"]
+    if isinstance(save, dict):
+        kill_epoch, kill_batch = save["kill_at"]
+        assert 0 <= kill_epoch < epochs
+        assert 1 <= save["save_every_steps"] < kill_batch <= save["steps_per_epoch"]
+    job = plan["10_multi_worker"]
+    if isinstance(job, dict):
+        assert 0 < job["kill_after_step"] < job["total_steps"]
+        assert job["kill_after_step"] % job["checkpoint_every_steps"] == 0
+
+
+def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
+    p07 = notebook_parameters(ROOT / "notebooks" / "07_save_and_restore.ipynb")
+    with pytest.raises(ValueError, match=r"SAVE_EVERY_STEPS=5 saves no checkpoint .* SAVE_EVERY_STEPS <= 4"):
+        lesson_plan("07_save_and_restore", {**p07, "TRAIN_SAMPLES": 512, "SAVE_EVERY_STEPS": 5})
+    p10 = notebook_parameters(ROOT / "notebooks" / "10_multi_worker.ipynb")
+    with pytest.raises(ValueError, match=r"KILL_AFTER_STEP=5 must be a checkpoint step"):
+        lesson_plan("10_multi_worker", {**p10, "CHECKPOINT_EVERY_STEPS": 2, "KILL_AFTER_STEP": 5})
+    p04 = notebook_parameters(ROOT / "notebooks" / "04_multi_gpu_wrapping.ipynb")
+    with pytest.raises(ValueError, match=r"PARITY_STEPS=3 needs 3 global batch\(es\) of 128 .* >= 384"):
+        lesson_plan("04_multi_gpu_wrapping", {**p04, "TRAIN_SAMPLES": 256, "N_DEVICES": 4})
+    assert lesson_plan("no_such_lesson", {}) == {}
+
+
+def test_the_runner_checks_every_lesson_before_the_first_starts(tmp_path, capsys):
+    with pytest.raises(ValueError, match="04_multi_gpu_wrapping cannot run") as refused:
+        validate_overrides({"N_DEVICES": 1}, NOTEBOOKS)
+    assert "07_save_and_restore cannot run" in str(refused.value)  # every refusal at once
+    with pytest.raises(SystemExit) as stopped:  # make run: the same refusal, before any run folder exists
+        series_main(["--notebooks", str(ROOT / "notebooks"), "--runs", str(tmp_path), "--no-preflight",
+                     "-p", "N_DEVICES", "1"])  # fmt: skip
+    assert stopped.value.code == 2 and "N_DEVICES must be a whole number >= 2" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_check_alone_runs_nothing(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        limits_main(["--notebooks", str(ROOT / "notebooks"), "N_DEVICES=1"])
+    assert stopped.value.code == 2 and "04_multi_gpu_wrapping cannot run" in capsys.readouterr().err
+    limits_main(["--notebooks", str(ROOT / "notebooks"), "EPOCHS=1", "TRAIN_SAMPLES=512"])
+    assert f"All {len(NOTEBOOKS)} notebooks accept these parameters" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        limits_main(["--notebooks", str(ROOT / "notebooks"), "EPOCHS"])
+    assert "NAME=VALUE" in capsys.readouterr().err
