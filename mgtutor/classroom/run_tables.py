@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for path in rewrite(load_summary(args.summary), args.root):
             print(f"rewrote the generated tables in {path}")
     except (ValueError, KeyError, FileNotFoundError) as err:
-        parser.exit(2, f"error: {err!r}\n")
+        parser.exit(2, f"error: {type(err).__name__}: {err}\n")
 
 
 if __name__ == "__main__":

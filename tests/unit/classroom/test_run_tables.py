@@ -1,0 +1,109 @@
+"""mgtutor.classroom.run_tables: the committed result tables parse, agree with what the notebook checks assert, and are
+what the command writes from a run's summary.json."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from mgtutor.classroom.run_tables import TARGETS, block, main, parse_table, replace_block
+from mgtutor.classroom.runner import find_notebooks
+from tests.conftest import ROOT
+from tests.notebooks.test_notebooks import CHANCE, TINY_GAP
+
+NOTEBOOKS = [nb.name[:2] for nb in find_notebooks(ROOT / "notebooks")]
+TRAINS_NOTHING_TO_COMPARE = {"00", "01", "05"}
+
+
+def committed(name: str) -> str:
+    return block((ROOT / TARGETS[name]).read_text(encoding="utf-8"), name)
+
+
+def numbers(cell: str) -> list[float]:
+    return [float(v) for v in re.findall(r"\d+\.\d+", cell)]
+
+
+def test_readme_results_parse_and_agree_with_the_notebook_checks():
+    text = committed("results")
+    assert re.search(r"one `make run` started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text), "states the run's date"
+    assert "cores" in text and "TensorFlow 2.21" in text, "and the machine"
+    table = parse_table(text)
+    assert table["notebook"] == [*NOTEBOOKS, "all"]
+    seconds = [float(s) for s in table["seconds"][:-1]]
+    assert all(s > 0 for s in seconds) and re.fullmatch(r"(\d+ min )?\d+ s", table["seconds"][-1])
+    baseline = float(re.search(r"baseline reaches (\d\.\d+)", text).group(1))
+    assert CHANCE + 0.02 < baseline <= 1  # learnt(): above chance on the real data
+    for notebook, cell in zip(NOTEBOOKS, table["test accuracy"], strict=False):
+        if notebook in TRAINS_NOTHING_TO_COMPARE:
+            assert cell == "—"
+        elif notebook == "09":  # MNIST: the checks ask for more than 0.5 of every variant
+            assert all(0.5 < v <= 1 for v in numbers(cell)) and len(numbers(cell)) == 2
+        else:  # CIFAR-10: above chance, and within the gap the checks allow of the one-device baseline
+            assert numbers(cell) and all(CHANCE + 0.02 < v <= 1 for v in numbers(cell)), (notebook, cell)
+            assert all(abs(v - baseline) <= TINY_GAP for v in numbers(cell)), (notebook, cell)
+    assert numbers(table["test accuracy"][NOTEBOOKS.index("02")]) == [baseline]
+
+
+def test_teachers_memory_parses_and_its_sentences_match_its_table():
+    text = committed("memory")
+    assert re.search(r"one `make run` started \d{4}-\d\d-\d\d", text)
+    table = parse_table(text)
+    assert table["notebook"] == NOTEBOOKS
+    peaks = [int(v) for v in table["peak MB"]]
+    ends = [int(v) for v in table["kernel left open afterwards, MB"]]
+    assert all(p >= e > 0 for p, e in zip(peaks, ends, strict=True))
+    largest = re.search(r"largest peak is (\d+\.\d\d) GB \(notebook (\d\d)\)", text)
+    assert float(largest.group(1)) == pytest.approx(max(peaks) / 1000, abs=0.005)
+    assert largest.group(2) == NOTEBOOKS[peaks.index(max(peaks))]
+    kept = re.search(r"left open keeps up to (\d+\.\d\d) GB", text)
+    assert float(kept.group(1)) == pytest.approx(max(ends) / 1000, abs=0.005)
+    both = re.search(r"plus the largest notebook needs (\d+\.\d\d) GB", text)
+    assert float(both.group(1)) == pytest.approx((max(peaks) + max(ends)) / 1000, abs=0.01)
+
+
+def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_run(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    for relative in TARGETS.values():
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    records = {
+        "02_build_cnn": {"test_accuracy": 0.47}, "03_data_parallel_step": {"mirrored_val_accuracy": 0.46},
+        "04_multi_gpu_wrapping": {"towers_val_accuracy": 0.48},
+        "06_augmented_training": {"val_accuracy": [0.3, 0.45]},
+        "07_save_and_restore": {"val_accuracy": 0.46},
+        "08_scaling_study": {"lr_rules": {"1 device, batch 64": 0.47, "batch 128, same lr": 0.41,
+                                          "batch 128, lr x2 + warm-up": 0.47}},
+        "09_parameter_averaging": {"final_accuracy": {"every 1": 0.95, "one device (baseline)": 0.944}},
+        "10_multi_worker": {"val_accuracy": 0.48},
+    }  # fmt: skip
+    summary = {
+        "started": "2026-11-25T19:00:00", "status": "complete", "overrides": {}, "seconds": 400.0,
+        "machine": {"hostname": "laptop", "cpu_count": 2, "platform": "Linux-x86_64", "python": "3.11.2",
+                    "tensorflow": "2.21.0", "keras": "3.15.1"},
+        "notebooks": [{"notebook": nb.name, "seconds": 10.0 + i, "peak_rss_mb": 900 + i, "end_rss_mb": 600,
+                       "records": records.get(nb.stem, {})}
+                      for i, nb in enumerate(find_notebooks(ROOT / "notebooks"))],
+    }  # fmt: skip
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    main([str(path), "--root", str(tmp_path)])
+    readme = block((tmp_path / "README.md").read_text(), "results")
+    assert "2026-11-25 19:00:00 (classroom defaults) on laptop: 2 cores" in readme
+    table = parse_table(readme)
+    assert table["seconds"][-1] == "6 min 40 s"
+    assert table["test accuracy"][NOTEBOOKS.index("08")] == "0.410 / 0.470"
+    assert table["test accuracy"][NOTEBOOKS.index("09")] == "0.944–0.950"
+    memory = block((tmp_path / "docs" / "teachers.md").read_text(), "memory")
+    assert "largest peak is 0.91 GB (notebook 10)" in memory and "needs 1.51 GB" in memory
+    again = (tmp_path / "README.md").read_text()
+    main([str(path), "--root", str(tmp_path)])
+    assert (tmp_path / "README.md").read_text() == again  # the same run, the same text
+    path.write_text(json.dumps({**summary, "status": "failed"}))
+    with pytest.raises(SystemExit) as refused:
+        main([str(path), "--root", str(tmp_path)])
+    assert refused.value.code == 2 and "use a complete `make run`" in capsys.readouterr().err
+    assert (tmp_path / "README.md").read_text() == again  # nothing written
+    with pytest.raises(ValueError, match="exactly one <!-- generated:results begin -->"):
+        replace_block("no markers here", "results", "body")
