@@ -1,5 +1,5 @@
-"""mgtutor.classroom.run_tables: the committed result tables parse, agree with what the notebook checks assert, and are
-what the command writes from a run's summary.json."""
+"""mgtutor.classroom.run_tables: the committed result tables parse, agree with what the notebook checks
+assert, and are what the command writes from a run's summary.json."""
 
 from __future__ import annotations
 
