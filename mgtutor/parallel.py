@@ -190,11 +190,14 @@ def check_batch_divisible(global_batch: int, replicas: Any, *, samples: int | No
     if global_batch % count == 0:
         last = samples % global_batch if samples is not None else 0
         if last % count:
+            whole, even = samples - last, samples - last % count
+            other = f", or on {even} (x[:{even}], a last batch of {last - last % count})"
+            other = other if even != whole else ""
             raise ValueError(
                 f"samples {samples} in global batches of {global_batch} leave a last batch of {last}, "
                 f"which does not split evenly over {count} devices: Keras on JAX fails at that step "
-                f"(keras#21167). Train on {samples - last} samples (x[:{samples - last}]), or on "
-                f"{samples - last % count} (drop {last % count}), so the last batch is a multiple of {count}."
+                f"(keras#21167). Train on {whole} samples (x[:{whole}]){other}, so that every batch "
+                f"is a multiple of {count}."
             )
         return global_batch // count
     below, above = (global_batch // count) * count, (global_batch // count + 1) * count

@@ -223,7 +223,10 @@ def test_check_batch_divisible_refuses_an_uneven_last_batch_naming_the_fix():
     message = str(err.value)
     assert "samples 129 in global batches of 64 leave a last batch of 1" in message
     assert "over 2 devices" in message and "keras#21167" in message
-    assert "Train on 128 samples (x[:128])" in message
+    assert "Train on 128 samples (x[:128]), so that every batch is a multiple of 2" in message
+    wanted = r"Train on 128 samples \(x\[:128\]\), or on 132 \(x\[:132\], a last batch of 4\)"
+    with pytest.raises(ValueError, match=wanted):
+        check_batch_divisible(64, 4, samples=134)  # 2 x 64 + 6
     with pytest.raises(ValueError, match="samples must be a whole number >= 1"):
         check_batch_divisible(64, 2, samples=0)
 
