@@ -176,12 +176,29 @@ def global_batch_size(per_replica: int, strategy_or_replicas: Any) -> int:
     return int(per_replica) * _replica_count(strategy_or_replicas, "strategy_or_replicas")
 
 
-def check_batch_divisible(global_batch: int, replicas: Any) -> int:
-    """Return the per-replica batch, or raise if `global_batch` does not split evenly."""
+def check_batch_divisible(global_batch: int, replicas: Any, *, samples: int | None = None) -> int:
+    """Return the per-replica batch, or raise if `global_batch` does not split evenly.
+
+    With `samples`, the last, shorter batch of an epoch must split evenly too: Keras on JAX
+    (`keras.distribution.DataParallel`) cannot shard it otherwise and fails at that step.
+    """
     count = _replica_count(replicas, "replicas")
     if not is_whole(global_batch) or global_batch < 1:
         raise ValueError(f"global_batch must be a whole number >= 1, got {global_batch!r}.")
+    if samples is not None and (not is_whole(samples) or samples < 1):
+        raise ValueError(f"samples must be a whole number >= 1, got {samples!r}.")
     if global_batch % count == 0:
+        last = samples % global_batch if samples is not None else 0
+        if last % count:
+            whole, even = samples - last, samples - last % count
+            other = f", or on {even} (x[:{even}], a last batch of {last - last % count})"
+            other = other if even != whole else ""
+            raise ValueError(
+                f"samples {samples} in global batches of {global_batch} leave a last batch of {last}, "
+                f"which does not split evenly over {count} devices: Keras on JAX fails at that step "
+                f"(keras#21167). Train on {whole} samples (x[:{whole}]){other}, so that every batch "
+                f"is a multiple of {count}."
+            )
         return global_batch // count
     below, above = (global_batch // count) * count, (global_batch // count + 1) * count
     options = [f"{size} ({size // count} per replica)" for size in (below, above) if size > 0]

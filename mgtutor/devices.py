@@ -1,7 +1,9 @@
 """Give a notebook N devices to train on, real or simulated, and account for their memory.
 
 TensorFlow fixes its device list when its runtime starts (the first tensor or
-strategy), so `setup_devices` must run before anything else touches TF. On a
+strategy), so `setup_devices` must run before anything else touches TF. JAX fixes
+its own when its backend starts, from ``XLA_FLAGS``, and Keras picks its backend
+(``KERAS_BACKEND``) at import: `setup_devices(n, backend="jax")` sets both first. On a
 machine without N GPUs it splits what there is into N *logical* devices: one
 GPU into N memory-limited logical GPUs, or the CPU into N logical CPUs. Logical
 devices share the same hardware: they prove correctness, not speed.
@@ -9,6 +11,9 @@ devices share the same hardware: they prove correctness, not speed.
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +21,8 @@ from mgtutor._checks import check_whole, is_whole
 from mgtutor._tflog import quiet_python_logs, quiet_tensorflow
 
 DEFAULT_GPU_MEMORY_LIMIT_MB = 2048
+BACKENDS = ("tensorflow", "jax")
+_XLA_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
 class DeviceSetupError(RuntimeError):
@@ -48,6 +55,7 @@ def setup_devices(
     *,
     gpu_memory_limit_mb: int = DEFAULT_GPU_MEMORY_LIMIT_MB,
     verbose: bool = True,
+    backend: str = "tensorflow",
 ) -> DeviceSetup:
     """Make `n_devices` devices available and return their names.
 
@@ -56,8 +64,13 @@ def setup_devices(
     Calling it again with the same N is harmless; a different N after TensorFlow
     has started raises `DeviceSetupError` (restart the kernel). It also keeps
     TensorFlow's log chatter out of the notebook (`mgtutor._tflog.quiet_tensorflow`).
+    ``backend="jax"`` gives JAX N CPU devices instead (`_setup_jax_devices`).
     """
     n_devices = _check_count(n_devices)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}.")
+    if backend == "jax":
+        return _setup_jax_devices(n_devices, verbose)
     if not is_whole(gpu_memory_limit_mb) or gpu_memory_limit_mb < 64:
         raise ValueError(
             f"gpu_memory_limit_mb must be a whole number of MB >= 64, got {gpu_memory_limit_mb!r}."
@@ -103,6 +116,41 @@ def setup_devices(
     setup = DeviceSetup(names=tuple(d.name for d in logical[:n_devices]), kind=kind)
     if verbose:
         print(_explain(setup, gpu_memory_limit_mb))
+    return setup
+
+
+def _jax_refusal(why: str, n_devices: int) -> DeviceSetupError:
+    return DeviceSetupError(
+        f"{why}; JAX cannot be given {n_devices} device(s) now. Restart the kernel (Kernel > Restart) "
+        f'and call setup_devices({n_devices}, backend="jax") first, before anything imports Keras or JAX.'
+    )
+
+
+def _setup_jax_devices(n_devices: int, verbose: bool) -> DeviceSetup:
+    """N CPU devices for JAX: ``KERAS_BACKEND=jax`` and ``XLA_FLAGS`` set before either is imported.
+
+    jax[cpu] has no GPU support, so these are always the CPU split N ways (logical CPUs).
+    """
+    keras = sys.modules.get("keras")
+    if keras is not None and keras.config.backend() != "jax":
+        raise _jax_refusal(f"Keras is already imported with the {keras.config.backend()!r} backend",
+                           n_devices)
+    quiet_tensorflow()  # keras.utils.set_random_seed imports TensorFlow (to seed it) if it is installed
+    # Read once, when JAX's CPU backend starts (the first jax.devices() or array): a later change is ignored.
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no probing for GPU/TPU plug-ins jax[cpu] lacks
+    flags = re.sub(rf"{_XLA_COUNT_FLAG}=\S*", "", os.environ.get("XLA_FLAGS", "")).split()
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_XLA_COUNT_FLAG}={n_devices}"])
+    import jax
+
+    devices = jax.devices()
+    if len(devices) != n_devices or devices[0].platform != "cpu":
+        raise _jax_refusal(f"JAX has already started in this process with {len(devices)} "
+                           f"{devices[0].platform} device(s)", n_devices)  # fmt: skip
+    setup = DeviceSetup(names=tuple(str(d) for d in devices), kind="logical-cpu")
+    if verbose:
+        how = f"the CPU split into {n_devices} JAX device(s)" if n_devices > 1 else "the CPU"
+        print(f"setup_devices: Keras on JAX {jax.__version__}, using {how}: {', '.join(setup.names)}")
     return setup
 
 

@@ -28,8 +28,10 @@ PARITY_TOLERANCE = 1e-4  # measured 1e-7 to 1e-8 on a healthy set-up
 NEEDED_MEMORY_GB = 4.0  # the series' peak, kernel and children (README)
 NEEDED_DISK_GB = 2.0
 SMOKE_TIMEOUT = 75.0
+JAX_SMOKE_TIMEOUT = 150.0  # XLA compiles each step function first: measured 55 s on a busy 2-core laptop
 SMOKE = "2-device smoke step"
 ISOLATION = "network isolation"
+JAX_SMOKE = "2-device JAX smoke step"
 
 
 @dataclass
@@ -46,17 +48,21 @@ def _version(package: str) -> tuple[int, ...] | None:
         text = metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
 
 
 def check_versions(versions: dict[str, tuple[int, ...] | None], python: tuple[int, int]) -> list[Check]:
     """Python, TensorFlow and Keras against `KNOWN_BAD`; `versions` maps package -> (major, minor)."""
     checks = [Check("python", python >= (3, 10), f"Python {python[0]}.{python[1]}",
                     "install Python 3.10 or newer, then make clean setup")]  # fmt: skip
-    for package in ("tensorflow", "keras"):
+    for package in ("tensorflow", "keras", "jax"):
         found = versions.get(package)
         if found is None:
             checks.append(Check(package, False, "not installed", "make setup"))
+            continue
+        if package == "jax":  # lesson 12's backend: any version pip resolved beside TensorFlow
+            shown = ".".join(map(str, found))
+            checks.append(Check(package, True, f"jax {shown} (lesson 12's Keras backend)"))
             continue
         shown = ".".join(map(str, found))
         bad = [why for name, low, high, why in KNOWN_BAD if name == package and low <= found[:2] <= high]
@@ -65,30 +71,33 @@ def check_versions(versions: dict[str, tuple[int, ...] | None], python: tuple[in
     return checks
 
 
-def check_smoke() -> Check:
+def check_smoke(backend: str = "tensorflow") -> Check:
     """The 2-device smoke step in a child process (logical devices are fixed once per process)."""
     from mgtutor.processes import parse_result
 
+    name, extra = (JAX_SMOKE, ["jax"]) if backend == "jax" else (SMOKE, [])
+    timeout = JAX_SMOKE_TIMEOUT if backend == "jax" else SMOKE_TIMEOUT
+    command = " ".join(["python -m mgtutor.classroom.preflight_smoke", *extra])
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "mgtutor.classroom.preflight_smoke"], capture_output=True, text=True,
-            timeout=SMOKE_TIMEOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            [sys.executable, "-m", "mgtutor.classroom.preflight_smoke", *extra], capture_output=True, text=True,
+            timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )  # fmt: skip
     except subprocess.TimeoutExpired:
-        return Check(SMOKE, False, f"no answer in {SMOKE_TIMEOUT:.0f} s",
-                     "close other programs; run python -m mgtutor.classroom.preflight_smoke to see where it "
-                     "hangs")
+        return Check(name, False, f"no answer in {timeout:.0f} s",
+                     f"close other programs; run {command} to see where it hangs")  # fmt: skip
     result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
     if done.returncode != 0 or result is None:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return Check(SMOKE, False, f"failed: {tail}", "make clean setup; then make check again")
+        return Check(name, False, f"failed: {tail}", "make clean setup; then make check again")
     seconds = time.perf_counter() - started
     good = result["difference"] <= PARITY_TOLERANCE and not result["nan"]
     nan = ", NaN in the weights" if result["nan"] else ""
     detail = (f"{len(result['devices'])} {result['kind']} devices, 2 vs 1 device max weight difference "
               f"{result['difference']:.1e}{nan} ({seconds:.0f} s)")  # fmt: skip
-    return Check(SMOKE, good, detail, "reinstall: make clean setup (a broken TensorFlow build)")
+    build = "JAX" if backend == "jax" else "TensorFlow"
+    return Check(name, good, detail, f"reinstall: make clean setup (a broken {build} build)")
 
 
 def check_data(allow_synthetic: bool) -> list[Check]:
@@ -165,9 +174,10 @@ def run_checks(
     *, allow_synthetic: bool = False, ports: Sequence[int] = (), folder: Path | None = None
 ) -> list[Check]:
     """Every check, in checklist order."""
-    versions = {package: _version(package) for package in ("tensorflow", "keras")}
+    versions = {package: _version(package) for package in ("tensorflow", "keras", "jax")}
     checks = check_versions(versions, sys.version_info[:2])
     checks.append(check_smoke())
+    checks.append(check_smoke("jax"))
     checks.extend(check_data(allow_synthetic))
     checks.append(check_ports(ports))
     checks.append(check_isolation())

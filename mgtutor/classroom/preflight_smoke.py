@@ -1,43 +1,77 @@
 """Preflight's smoke step, in its own process: 2 logical devices, a few steps under MirroredStrategy
-and on one device from the same weights; reports the largest weight difference and any NaN."""
+and on one device from the same weights; reports the largest weight difference and any NaN.
+``python -m mgtutor.classroom.preflight_smoke jax`` does the same on the JAX backend with
+``keras.distribution.DataParallel``."""
 
 from __future__ import annotations
 
 import math
+import sys
 
 from mgtutor.devices import setup_devices
 from mgtutor.processes import report_result
 
 
-def main() -> None:
-    setup = setup_devices(2, verbose=False)
+def _problem() -> tuple:
+    """64 random 8x8 images with 4 classes and a small CNN, the same on every backend."""
     import keras
     import numpy as np
-
-    from mgtutor.data_parallel import copy_model, max_weight_difference, mirrored_strategy
 
     rng = np.random.default_rng(0)
     x = rng.random((64, 8, 8, 3), dtype=np.float32)
     y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 64)]
     keras.utils.set_random_seed(0)
-    one = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
-                            keras.layers.Flatten(), keras.layers.Dense(4, activation="softmax")])  # fmt: skip
+    layers = [keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
+              keras.layers.Dense(4, activation="softmax")]  # fmt: skip
+    model = keras.Sequential(layers)
+    return x, y, model
+
+
+def _train(model, x, y) -> None:
+    import keras
+
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy")
+    model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+
+
+def _outcome(one, two) -> dict:
+    import numpy as np
+
+    pairs = list(zip(one.get_weights(), two.get_weights(), strict=True))
+    weights = [w for pair in pairs for w in pair if w.size]
+    return {"difference": max(float(np.abs(a - b).max()) for a, b in pairs),
+            "nan": any(not math.isfinite(float(np.abs(w).max())) for w in weights)}  # fmt: skip
+
+
+def main() -> None:
+    setup = setup_devices(2, verbose=False)
+    from mgtutor.data_parallel import copy_model, mirrored_strategy
+
+    x, y, one = _problem()
     strategy = mirrored_strategy()
     two = copy_model(one, strategy=strategy)
-    for model, scope in ((one, None), (two, strategy)):
-        if scope is None:
-            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy")
-        else:
-            with scope.scope():
-                model.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy")
-        model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
-    weights = [w for model in (one, two) for w in model.get_weights()]
-    report_result({
-        "devices": list(setup.names), "kind": setup.kind, "tensorflow": __import__("tensorflow").__version__,
-        "difference": max_weight_difference(one, two),
-        "nan": any(not math.isfinite(float(np.abs(w).max())) for w in weights if w.size),
-    })  # fmt: skip
+    _train(one, x, y)
+    with strategy.scope():
+        _train(two, x, y)
+    report_result({"devices": list(setup.names), "kind": setup.kind,
+                   "tensorflow": __import__("tensorflow").__version__, **_outcome(one, two)})  # fmt: skip
+
+
+def main_jax() -> None:
+    setup = setup_devices(2, backend="jax", verbose=False)
+    import jax
+    import keras
+
+    x, y, one = _problem()
+    start = one.get_weights()
+    _train(one, x, y)
+    with keras.distribution.DataParallel(devices=jax.devices()).scope():
+        two = keras.models.clone_model(one)
+        two.set_weights(start)
+        _train(two, x, y)
+    report_result({"devices": list(setup.names), "kind": setup.kind, "jax": jax.__version__,
+                   **_outcome(one, two)})  # fmt: skip
 
 
 if __name__ == "__main__":
-    main()
+    main_jax() if sys.argv[1:] == ["jax"] else main()

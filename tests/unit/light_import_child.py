@@ -3,14 +3,14 @@
     python tests/unit/light_import_child.py MODULE
 
 Imports MODULE in a fresh interpreter and reports, with `report_result`, which of
-TensorFlow, Keras and matplotlib that import loaded (device set-up must come first).
+TensorFlow, JAX, Keras and matplotlib that import loaded (device set-up must come first).
 """
 
 import importlib
 import sys
 
 importlib.import_module(sys.argv[1])
-heavy = sorted(name for name in ("tensorflow", "keras", "matplotlib") if name in sys.modules)
+heavy = sorted(name for name in ("tensorflow", "jax", "keras", "matplotlib") if name in sys.modules)
 
 from mgtutor.processes import report_result  # noqa: E402  (after the measurement)
 

@@ -212,6 +212,25 @@ def test_check_batch_divisible_states_the_rule_and_nearest_sizes():
         global_batch_size(0, 4)
 
 
+def test_check_batch_divisible_refuses_an_uneven_last_batch_naming_the_fix():
+    from mgtutor.data_parallel import check_batch_divisible
+
+    # 200 = 3 x 64 + 8: a last batch of 8 splits over 2 and 4 devices, not over 3 (64 % 3 fails first).
+    assert check_batch_divisible(64, 2, samples=200) == 32
+    assert check_batch_divisible(64, 4, samples=256) == 16  # no short batch at all
+    with pytest.raises(ValueError) as err:
+        check_batch_divisible(64, 2, samples=129)  # 2 x 64 + 1
+    message = str(err.value)
+    assert "samples 129 in global batches of 64 leave a last batch of 1" in message
+    assert "over 2 devices" in message and "keras#21167" in message
+    assert "Train on 128 samples (x[:128]), so that every batch is a multiple of 2" in message
+    wanted = r"Train on 128 samples \(x\[:128\]\), or on 132 \(x\[:132\], a last batch of 4\)"
+    with pytest.raises(ValueError, match=wanted):
+        check_batch_divisible(64, 4, samples=134)  # 2 x 64 + 6
+    with pytest.raises(ValueError, match="samples must be a whole number >= 1"):
+        check_batch_divisible(64, 2, samples=0)
+
+
 def test_scaled_learning_rate_linear_rule_and_warmup():
     import keras
 

@@ -28,6 +28,30 @@ def test_changing_the_count_after_start_asks_for_a_restart():
     assert accepted == ["/device:CPU:0"]
 
 
+@pytest.mark.slow
+def test_jax_gets_its_devices_when_set_first_and_refuses_a_change():
+    result = run_child(CHILD, "jax", env={"KERAS_BACKEND": "tensorflow", "XLA_FLAGS": ""})
+    assert result["names"] == result["again"] == [f"cpu:{i}" for i in range(4)]
+    assert result["kind"] == "logical-cpu" and result["backend"] == "jax"
+    assert result["shards"] == sorted(result["names"])  # an array split over the 4 devices
+    assert "the CPU split into 4 JAX device(s)" in result["printed"]
+    assert "Restart the kernel" in result["refused"]
+    assert 'setup_devices(2, backend="jax")' in result["refused"]
+    assert result["tensorflow_imported"] is False
+
+
+@pytest.mark.slow
+def test_jax_after_keras_started_on_tensorflow_asks_for_a_restart():
+    result = run_child(CHILD, "jax-late", env={"KERAS_BACKEND": "tensorflow"})
+    assert result["backend"] == "tensorflow"
+    assert "'tensorflow' backend" in result["refused"] and "Restart the kernel" in result["refused"]
+
+
+def test_rejects_an_unknown_backend():
+    with pytest.raises(ValueError, match="backend must be one of 'tensorflow', 'jax', got 'torch'"):
+        setup_devices(2, backend="torch")
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.0, "4", True, None])
 def test_rejects_a_bad_count_before_touching_tensorflow(bad):
     with pytest.raises(ValueError, match="n_devices must be a whole number >= 1"):

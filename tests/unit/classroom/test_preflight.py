@@ -40,6 +40,14 @@ def test_known_bad_versions_are_named_with_their_issue(package, version, ok, nam
     assert preflight.check_versions(versions, (3, 9))[0].ok is False  # Python 3.9
 
 
+def test_the_jax_version_is_reported_and_its_absence_fails():
+    versions = {"tensorflow": (2, 21, 0), "keras": (3, 15, 1), "jax": (0, 10, 2)}
+    line = next(c for c in preflight.check_versions(versions, (3, 11)) if c.name == "jax")
+    assert line.ok and line.detail.startswith("jax 0.10.2")
+    missing = next(c for c in preflight.check_versions({**versions, "jax": None}, (3, 11)) if c.name == "jax")
+    assert not missing.ok and missing.fix == "make setup"
+
+
 @pytest.mark.slow
 def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
     empty = tmp_path / "nothing"
@@ -75,6 +83,11 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     assert smoke["ok"] and "max weight difference" in smoke["detail"]
     difference = float(smoke["detail"].split("max weight difference ")[1].split()[0])
     assert difference <= preflight.PARITY_TOLERANCE
+    jax_smoke = checks[preflight.JAX_SMOKE]
+    assert jax_smoke["ok"] and jax_smoke["detail"].startswith("2 logical-cpu devices")
+    jax_difference = float(jax_smoke["detail"].split("max weight difference ")[1].split()[0])
+    assert jax_difference <= preflight.PARITY_TOLERANCE
+    assert checks["jax"]["ok"] and checks["jax"]["detail"].startswith("jax 0.10")
     assert checks["data cifar10"]["detail"].startswith("real data, from ")
 
 

@@ -251,7 +251,8 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     assert (run_dir / "index.html").is_file() and (run_dir / "01_second.html").is_file()
     # make check's list heads the console output, the summary and the page (a FAIL would not stop the run)
     checks = json.loads((run_dir / "summary.json").read_text())["preflight"]
-    assert [c["name"] for c in checks][:4] == ["python", "tensorflow", "keras", "2-device smoke step"]
+    names = ["python", "tensorflow", "keras", "jax", "2-device smoke step", "2-device JAX smoke step"]
+    assert [c["name"] for c in checks][:6] == names
     assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
     page = (run_dir / "index.html").read_text()
     assert "<h2>Preflight</h2>" in page and "2-device smoke step" in page
@@ -263,6 +264,28 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     assert refused.returncode != 0
     assert "EPOCHS='five' does not fit 00_first.ipynb" in refused.stderr
     assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.slow
+def test_make_run_runs_a_tensorflow_lesson_then_a_jax_lesson(tmp_path):
+    # Lesson 12 sets KERAS_BACKEND=jax in its kernel; each notebook's own kernel keeps that from the next.
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    lesson = ("from mgtutor import record, setup_devices\ndevices = setup_devices(N_DEVICES{})\n"
+              "import keras\nrecord('backend', keras.config.backend())\nrecord('devices', len(devices))\n"
+              "record('sum', float(keras.ops.sum(keras.ops.ones((N_DEVICES,)))))")  # fmt: skip
+    _notebook(folder / "01_tf.ipynb", "N_DEVICES = 2", lesson.format(""))
+    _notebook(folder / "02_jax.ipynb", "N_DEVICES = 3", lesson.format(", backend='jax'"))
+    _notebook(folder / "03_tf_again.ipynb", "N_DEVICES = 2", lesson.format(""))
+    done = _make("run", f"NOTEBOOKS={folder}", f"RUNS={tmp_path / 'runs'}", "RUN_ARGS=--no-preflight")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    entries = json.loads((run_dir / "summary.json").read_text())["notebooks"]
+    assert [e["records"] for e in entries] == [
+        {"backend": "tensorflow", "devices": 2, "sum": 2.0},
+        {"backend": "jax", "devices": 3, "sum": 3.0},
+        {"backend": "tensorflow", "devices": 2, "sum": 2.0},
+    ]
 
 
 @pytest.mark.slow
