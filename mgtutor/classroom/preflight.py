@@ -81,8 +81,8 @@ def check_smoke(backend: str = "tensorflow") -> Check:
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "mgtutor.classroom.preflight_smoke", *extra], capture_output=True, text=True,
-            timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            [sys.executable, "-m", "mgtutor.classroom.preflight_smoke", *extra], capture_output=True,
+            text=True, timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return Check(name, False, f"no answer in {timeout:.0f} s",
