@@ -31,6 +31,7 @@ ACCURACY: dict[str, Callable[[dict], str]] = {
     "09_parameter_averaging": lambda r: "–".join(f"{v:.3f}" for v in (min(r["final_accuracy"].values()),
                                                                       max(r["final_accuracy"].values()))),
     "10_multi_worker": lambda r: f"{r['val_accuracy']:.3f}",
+    "12_keras_on_jax": lambda r: f"{r['dataparallel_val_accuracy']:.3f}",
 }  # fmt: skip
 NOT_MEASURED = "—"
 
