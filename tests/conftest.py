@@ -97,7 +97,7 @@ def pytest_terminal_summary(terminalreporter, config):
         )
 
 
-WAIT_FOR_OTHER_WORKER = 1800  # s: longer than any child's own timeout
+WAIT_FOR_OTHER_WORKER = 1100  # s: longer than any child's own timeout, shorter than pytest's per-test one
 
 
 class RunOnce:

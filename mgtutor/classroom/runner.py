@@ -37,6 +37,10 @@ KERNEL_ARGUMENTS = (
     "--IPKernelApp.log_level=CRITICAL",
     "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
 )
+# A cell still running after this long is stopped and the lesson reported failed: a deadlocked
+# collective (TensorFlow's all-reduce can hang on logical CPU devices) must not hang a class forever.
+# Generous: the longest cell at defaults takes minutes, not an hour.
+CELL_TIMEOUT_SECONDS = 3600
 # A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
 MAX_METRIC_CHARS = 160
 
@@ -265,6 +269,7 @@ def _execute(
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
                 cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
+                execution_timeout=CELL_TIMEOUT_SECONDS,
             )  # fmt: skip
     except papermill.PapermillExecutionError as err:
         outcome = {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}

@@ -41,6 +41,9 @@ LESSONS = [nb if nb.stem == QUICK_LESSON else pytest.param(nb, marks=pytest.mark
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*_solutions.ipynb"))
 # The kernels' own start-up lines ("Kernel is running over TCP ...") are not the test's output.
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+# At tiny size no cell takes a minute; one still running after this is hung (a deadlocked collective),
+# and fails with its cell named instead of hanging the run until CI's limit.
+CELL_TIMEOUT_SECONDS = 600
 TINY = {
     "N_DEVICES": 2,
     "N_WORKERS": 2,
@@ -121,6 +124,7 @@ def execute(notebook: Path, output: Path, parameters: dict, cwd: Path, km: objec
     papermill.execute_notebook(
         str(notebook), str(output), parameters=parameters, kernel_name="python3", language="python",
         cwd=str(cwd), progress_bar=False, km=km, extra_arguments=KERNEL_ARGUMENTS,
+        execution_timeout=CELL_TIMEOUT_SECONDS,
     )  # fmt: skip
     noise = noise_in(output)
     assert not noise, f"{notebook.name} printed what the lesson does not:\n" + "\n".join(noise[:20])

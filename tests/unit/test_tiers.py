@@ -6,8 +6,12 @@ collects the suite with each (collection only: nothing runs).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
+import time
 
 from tests.conftest import QUICK_TIER, ROOT, run_child
 
@@ -42,3 +46,21 @@ def test_the_quick_tier_and_the_slow_marker_make_the_whole_suite():
     for part in must:
         assert any(part in test for test in ids["quick"]), part
     assert not any("test_solution_on_real_data" in test for test in ids["quick"])
+
+
+def test_a_hung_test_fails_at_the_suites_timeout_with_its_stack():
+    # The suite's own configuration (pyproject's `timeout`), shortened: a test that hangs (a
+    # deadlocked all-reduce) must fail with its stack, not hang the run until CI's limit.
+    child = ROOT / "tests" / "unit" / "hung_test_child.py"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "timeout=2", str(child)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "PYTEST_XDIST_WORKER": ""},
+    )  # fmt: skip
+    assert time.monotonic() - started < 60, "the 600 s sleep was not stopped"
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-2000:]
+    # pytest-timeout's thread method dumps every thread's stack, then ends the process (an xdist
+    # worker: xdist reports it crashed in this test and starts another for the rest).
+    assert "+ Timeout +" in said and "in test_sleeps_like_a_deadlocked_collective" in said, said[-2000:]
+    assert "time.sleep(600)" in said

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -187,6 +188,20 @@ def test_failing_notebook_stops_the_run_and_keeps_what_completed(tiny_series, tm
     assert table.rows["02_third.ipynb"][3] == ""  # no duration for what never ran
     assert "02_third" not in " ".join(table.links)
     assert all((run_dir / link).is_file() for link in table.links)
+
+
+def test_a_hung_cell_is_stopped_at_the_cell_timeout_and_reported(tiny_series, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "CELL_TIMEOUT_SECONDS", 3)
+    _notebook(tiny_series / "01_second.ipynb", "EPOCHS = 3", "import time\ntime.sleep(600)  # a deadlock")
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        runner.run_series(tiny_series, tmp_path / "runs", {})
+    assert stopped.value.code == 1
+    assert time.monotonic() - started < 120  # stopped at the timeout, not after the 600 s sleep
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [e["status"] for e in summary["notebooks"]] == ["ok", "failed"]
+    assert "3 seconds" in summary["notebooks"][1]["error"], summary["notebooks"][1]["error"]
 
 
 def test_command_line_parses_values():
