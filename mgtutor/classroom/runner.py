@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import html
 import json
-import math
 import os
 import shlex
 import sys
@@ -19,10 +17,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import quote
 
 from mgtutor._system import machine as _machine
 from mgtutor.classroom.limits import check_lessons
+from mgtutor.classroom.run_page import FAILED, NOT_RUN, OK, RUNNING, duration, index_html
 from mgtutor.files import atomic_write
 from mgtutor.records import MIME_TYPE, read_records
 
@@ -41,10 +39,6 @@ KERNEL_ARGUMENTS = (
 # collective (TensorFlow's all-reduce can hang on logical CPU devices) must not hang a class forever.
 # Generous: the longest cell at defaults takes minutes, not an hour.
 CELL_TIMEOUT_SECONDS = 3600
-# A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
-MAX_METRIC_CHARS = 160
-
-OK, FAILED, RUNNING, NOT_RUN = "ok", "failed", "running", "not run"
 
 
 def find_notebooks(folder: str | os.PathLike) -> list[Path]:
@@ -247,10 +241,10 @@ def run_series(
             _explain_failure(entry, run_dir)
             raise SystemExit(1)
         _write_reports(run_dir, report, time.perf_counter() - clock)
-        print(f"    done in {_duration(entry['seconds'])}", flush=True)
+        print(f"    done in {duration(entry['seconds'])}", flush=True)
     report["status"] = "complete"
     _write_reports(run_dir, report, time.perf_counter() - clock)
-    print(f"All {len(notebooks)} notebooks ran in {_duration(time.perf_counter() - clock)}.")
+    print(f"All {len(notebooks)} notebooks ran in {duration(time.perf_counter() - clock)}.")
     print(f"Report: {run_dir / 'index.html'}")
     return run_dir
 
@@ -299,7 +293,7 @@ def _render_or_warn(executed: Path) -> dict[str, str]:
 
 
 def _explain_failure(entry: dict[str, Any], run_dir: Path) -> None:
-    lines = [f"FAILED {entry['notebook']} after {_duration(entry['seconds'])}: {entry['error']}"]
+    lines = [f"FAILED {entry['notebook']} after {duration(entry['seconds'])}: {entry['error']}"]
     if "ipynb" in entry:
         lines.append(f"  executed notebook (the error cell is marked): {run_dir / entry['ipynb']}")
     if "html" in entry:
@@ -318,109 +312,6 @@ def _write_reports(run_dir: Path, report: dict[str, Any], elapsed: float) -> Non
         temp.write_text(index_html(report), encoding="utf-8")
 
 
-# --------------------------------------------------------------------------- index.html
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest:02d} s"
-
-
-def format_value(value: Any) -> str:
-    """A recorded value as short text: 0.6123, 1,234, [a, b], key: value."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if not math.isfinite(value) or value == 0:
-            return str(value)
-        if 1e-3 <= abs(value) < 1e4:
-            return f"{value:.4g}"
-        return f"{value:,.0f}" if 1e4 <= abs(value) < 1e12 else f"{value:.3e}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {format_value(v)}" for k, v in value.items())
-    return str(value)
-
-
-def _short_value(value: Any) -> str:
-    text = format_value(value)
-    if len(text) <= MAX_METRIC_CHARS:
-        return text
-    if isinstance(value, list | tuple):
-        return f"(list of {len(value):,} values)"
-    if isinstance(value, dict):
-        return f"(dict of {len(value):,} entries)"
-    return f"({type(value).__name__}, {len(text):,} characters)"
-
-
-_STYLE = """
-.preflight li.ok b { color: #2a7a2a; } .preflight li.warn b { color: #a06000; }
-.preflight li.fail { color: #b00020; }
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.4em; margin-bottom: 0.2em; }
-.machine, .command { color: #444; margin: 0.2em 0; }
-code { background: #f3f3f3; padding: 0 0.2em; }
-table { border-collapse: collapse; margin-top: 1em; width: 100%; }
-th, td { border: 1px solid #ccc; padding: 0.35em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; }
-td.num { text-align: right; white-space: nowrap; }
-ul { margin: 0; padding-left: 1.1em; }
-.status { font-weight: bold; white-space: nowrap; }
-.ok { color: #17692c; } .failed { color: #b00020; } .running { color: #8a5a00; } .not-run { color: #777; }
-.override { background: #fff2a8; font-weight: bold; }
-.default { color: #777; font-weight: normal; }
-.error { color: #b00020; white-space: pre-wrap; }
-"""
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _link(name: str, label: str) -> str:
-    return f'<a href="{_e(quote(name))}">{_e(label)}</a>'
-
-
-def _parameters_cell(entry: dict[str, Any]) -> str:
-    items = []
-    for name, default in entry["defaults"].items():
-        if name in entry["parameters"]:
-            value = entry["parameters"][name]
-            items.append(
-                f'<li class="override" title="overridden; default {_e(repr(default))}">{_e(name)} = '
-                f'{_e(repr(value))} <span class="default">(default {_e(repr(default))})</span></li>'
-            )
-        else:
-            items.append(f"<li>{_e(name)} = {_e(repr(default))}</li>")
-    return f"<ul>{''.join(items)}</ul>"
-
-
-def _metrics_cell(entry: dict[str, Any]) -> str:
-    records = entry.get("records") or {}
-    items = [f"<li>{_e(name)}: {_e(_short_value(value))}</li>" for name, value in records.items()]
-    error = f'<div class="error">{_e(entry["error"])}</div>' if entry.get("error") else ""
-    return error + (f"<ul>{''.join(items)}</ul>" if items else "")
-
-
-def _row(entry: dict[str, Any]) -> str:
-    links = [_link(entry[kind], kind) for kind in ("html", "ipynb") if kind in entry]
-    name = _link(entry["html"], entry["notebook"]) if "html" in entry else _e(entry["notebook"])
-    seconds = _duration(entry["seconds"]) if "seconds" in entry else ""
-    status = entry["status"]
-    return (
-        f'<tr id="{_e(entry["notebook"])}"><td>{name}<br><small>{" · ".join(links)}</small></td>'
-        f'<td class="status {status.replace(" ", "-")}">{_e(status)}</td>'
-        f'<td>{_parameters_cell(entry)}</td><td class="num">{_e(seconds)}</td>'
-        + "".join(f'<td class="num">{_e(entry.get(key, ""))}</td>' for key in ("peak_rss_mb", "end_rss_mb"))
-        + f"<td>{_metrics_cell(entry)}</td></tr>"
-    )
-
-
 def _preflight() -> list[dict[str, Any]]:
     from dataclasses import asdict
 
@@ -430,52 +321,6 @@ def _preflight() -> list[dict[str, Any]]:
     checks = run_checks(allow_synthetic=True)  # the series runs on the synthetic stand-in too
     print(format_checklist(checks, colour=sys.stdout.isatty()), flush=True)
     return [asdict(check) for check in checks]
-
-
-def index_html(report: dict[str, Any]) -> str:
-    """The run's report page: self-contained (inline CSS, no scripts), every value escaped."""
-    from mgtutor.classroom.preflight import checklist_html
-
-    machine = report["machine"]
-    devices = [
-        f"{e['records']['n_devices']} × {e['records'].get('device_kind', '?')} devices"
-        for e in report["notebooks"]
-        if "n_devices" in e.get("records", {})
-    ][:1]
-    machine_text = ", ".join(
-        [f"{machine['hostname']}", f"{machine['cpu_count']} cores", f"TensorFlow {machine['tensorflow']}",
-         f"Keras {machine['keras']}", f"Python {machine['python']}", *devices]
-    )  # fmt: skip
-    overrides = ", ".join(f"{k} = {v!r}" for k, v in report["overrides"].items()) or "none (defaults)"
-    counts = {s: sum(e["status"] == s for e in report["notebooks"]) for s in (OK, FAILED, NOT_RUN)}
-    rows = "\n".join(_row(entry) for entry in report["notebooks"])
-    started = report["started"].replace("T", " ")
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>mgtutor run {_e(report["started"])}: {_e(report["status"])}</title>
-<style>{_STYLE}</style>
-</head>
-<body>
-<h1>mgtutor series run — <span class="status {_e(report["status"])}">{_e(report["status"])}</span></h1>
-<p class="machine">Started {_e(started)} · total {_e(_duration(report["seconds"]))}
- · {counts[OK]} ok, {counts[FAILED]} failed, {counts[NOT_RUN]} not run</p>
-<p class="machine">Machine: {_e(machine_text)}</p>
-<p class="command">Command: <code>{_e(report["command"])}</code></p>
-<p class="command">Overrides: <code>{_e(overrides)}</code></p>
-{checklist_html(report.get("preflight", []))}<table>
-<thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>
-<th>peak MB</th><th>kernel MB at end</th>
-<th>key metrics</th></tr></thead>
-<tbody>
-{rows}
-</tbody>
-</table>
-<p class="machine">Machine-readable: {_link("summary.json", "summary.json")}</p>
-</body>
-</html>
-"""
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from mgtutor.classroom import runner
+from mgtutor.classroom import run_page, runner
 from mgtutor.records import MIME_TYPE
 from tests.conftest import ROOT
 
@@ -213,9 +213,9 @@ def test_command_line_parses_values():
 
 
 def test_format_value_keeps_metrics_short():
-    assert runner.format_value(0.612345) == "0.6123" and runner.format_value(12345.6) == "12,346"
-    assert runner.format_value(1234567) == "1,234,567" and runner.format_value(2.5e-7) == "2.500e-07"
-    assert runner.format_value({"tf": "2.21", "ok": [True, 0.5]}) == "tf: 2.21, ok: [True, 0.5]"
+    assert run_page.format_value(0.612345) == "0.6123" and run_page.format_value(12345.6) == "12,346"
+    assert run_page.format_value(1234567) == "1,234,567" and run_page.format_value(2.5e-7) == "2.500e-07"
+    assert run_page.format_value({"tf": "2.21", "ok": [True, 0.5]}) == "tf: 2.21, ok: [True, 0.5]"
 
 
 # --------------------------------------------------------------------------- the Makefile
