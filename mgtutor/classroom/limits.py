@@ -168,6 +168,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
         sweep = []
     for name in ("GLOBAL_BATCH", "BENCH_STEPS", "STUDY_SAMPLES"):
         _whole(p, name, 1, "a count", problems)
+    _whole(p, "REPEATS", 2, "the spread needs at least two timed blocks", problems)
     glob, devices = p.get("GLOBAL_BATCH"), p.get("N_DEVICES")
     if is_whole(glob) and glob >= 1:
         for n in [*counts, *([devices] if is_whole(devices) and devices >= 1 else [])]:

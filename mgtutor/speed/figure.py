@@ -21,9 +21,10 @@ def plot_scaling(study: Any, *, title: str = ""):
     """A study's two panels: images/s vs devices with the ideal line, and efficiency.
 
     `study` is what `scaling_study` returns, or its `Reading` (``study.reading``).
-    Per pipeline, the dashed line is the reading's ideal: the run on the fewest
-    devices scaled linearly. On logical devices, which share the same hardware,
-    the title says so. Returns the matplotlib Figure.
+    Per pipeline, the bars span each run's slowest and fastest block, and the
+    dashed line is the reading's ideal: the run on the fewest devices scaled
+    linearly. On logical devices, which share the same hardware, the title says so.
+    Returns the matplotlib Figure.
     """
     import matplotlib.pyplot as plt
 
@@ -37,7 +38,13 @@ def plot_scaling(study: Any, *, title: str = ""):
     for index, pipeline in enumerate(pipelines):
         mine = sorted((p for p in reading.points if p.pipeline == pipeline), key=lambda p: p.devices)
         color, devices = colors[index % len(colors)], [p.devices for p in mine]
-        rate_axis.plot(devices, [p.images_per_s for p in mine], "-o", color=color, label=pipeline)
+        rates = [p.images_per_s for p in mine]
+        # The bars span the slowest and fastest block of each run: what rerunning moves.
+        below = [rate - p.run.spread[0] for rate, p in zip(rates, mine, strict=True)]
+        above = [p.run.spread[1] - rate for rate, p in zip(rates, mine, strict=True)]
+        rate_axis.errorbar(
+            devices, rates, yerr=[below, above], fmt="-o", capsize=3, color=color, label=pipeline
+        )
         rate_axis.plot(devices, [p.ideal_images_per_s for p in mine], "--", color=color, alpha=0.6)
         efficiency_axis.plot(devices, [100 * p.efficiency for p in mine], "-o", color=color, label=pipeline)
     rate_axis.plot([], [], "--", color="gray", label="ideal: linear from the fewest devices")

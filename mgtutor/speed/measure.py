@@ -71,6 +71,10 @@ class Run:
     train_images: int = 0
     model_params: int = 0
     final_loss: float = float("nan")
+    # `images_per_s` is the median of `repeats` blocks of `steps` steps; low/high the slowest and fastest.
+    repeats: int = 1
+    images_per_s_low: float = 0.0
+    images_per_s_high: float = 0.0
     device_names: tuple[str, ...] = ()
     physical_gpus: int = 0
     data: str = ""
@@ -87,6 +91,11 @@ class Run:
     python: str = ""
     tensorflow: str = ""
     keras: str = ""
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(slowest, fastest) block's images/s; a run from before repeats: its one rate twice."""
+        return (self.images_per_s_low or self.images_per_s, self.images_per_s_high or self.images_per_s)
 
     @property
     def cores(self) -> int:
@@ -154,7 +163,7 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
 
 
 def check_run_settings(
-    *, model: Any, strategy: Any, steps: Any, warmup_steps: Any, samples: Any, seed: Any
+    *, model: Any, strategy: Any, steps: Any, warmup_steps: Any, samples: Any, seed: Any, repeats: Any = 1
 ) -> None:
     """What every measurement shares, checked under the names the study and `measure_training` share."""
     from mgtutor.models import MODEL_BUILDERS
@@ -162,6 +171,7 @@ def check_run_settings(
     check_choice("model", model, sorted(MODEL_BUILDERS))
     check_choice("strategy", strategy, STRATEGIES)
     check_whole("steps", steps, 1)
+    check_whole("repeats", repeats, 1, "Each repeat times `steps` more steps; 3 shows the spread.")
     # Timing starts when a step ends; the first step also traces the graph, so it must not count.
     check_whole("warmup_steps", warmup_steps, 1, "The first step traces the graph and must not be timed.")
     if samples is not None:
@@ -273,10 +283,10 @@ def _step_clock(total_steps: int) -> Any:
     return StepClock()
 
 
-def _fit_timed(fitted: Any, batches: Any, repeats: bool, total: int) -> tuple[Any, Any]:
+def _fit_timed(fitted: Any, batches: Any, endless: bool, total: int) -> tuple[Any, Any]:
     """`fit` for `total` steps; the history and the clock of each step's end."""
     clock = _step_clock(total)
-    if repeats:
+    if endless:
         history = fitted.fit(
             batches, epochs=1, steps_per_epoch=total, verbose=0, callbacks=[clock], shuffle=False
         )
@@ -297,8 +307,9 @@ def _measure(
     warmup_steps: int,
     seed: int,
     device_setup: Any,
+    repeats: int = 1,
 ) -> Run:
-    """Time `steps` training steps after `warmup_steps` on already loaded data."""
+    """Time `repeats` blocks of `steps` training steps after `warmup_steps`, on already loaded data."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -310,28 +321,32 @@ def _measure(
             f"samples: {len(x)} training images cannot fill one global batch of {global_batch} "
             f"({batch_size_per_replica} per replica x {n} devices); pass samples >= {global_batch}."
         )
-    total = warmup_steps + steps
+    timed = steps * repeats
+    total = warmup_steps + timed
     producer, _ = _make_input(pipeline, x, y, global_batch, seed)
     producer_rate = pipeline_images_per_second(producer, min(steps, 50), warmup=1)
-    batches, repeats = _make_input(pipeline, x, y, global_batch, seed)
+    batches, endless = _make_input(pipeline, x, y, global_batch, seed)
     fitted, params = _build_and_compile(
         model, pipeline, device_setup.names, strategy, x.shape[1:], y.shape[1], seed
     )
     load_before = os.getloadavg()[0]
-    history, clock = _fit_timed(fitted, batches, repeats, total)
+    history, clock = _fit_timed(fitted, batches, endless, total)
     load_after = os.getloadavg()[0]
     if len(clock.ends) < total:
         raise BenchmarkError(f"{pipeline}: fit stopped after {len(clock.ends)} of {total} steps.")
     ends = np.asarray(clock.ends[warmup_steps - 1 : total])
     seconds = float(ends[-1] - ends[0])
-    images_per_s = steps * global_batch / seconds
+    # One rate per block of `steps` consecutive steps: their spread is what rerunning would move.
+    blocks = [steps * global_batch / float(ends[(r + 1) * steps] - ends[r * steps]) for r in range(repeats)]
+    images_per_s = float(np.median(blocks))
     return Run(
         devices=n, pipeline=pipeline, model=model, strategy=strategy if n > 1 else "none (one device)",
         device_kind=device_setup.kind, batch_size_per_replica=batch_size_per_replica,
         global_batch=global_batch, images_per_s=images_per_s, seconds_per_epoch=full_size / images_per_s,
         pipeline_images_per_s=producer_rate,
         cores_used=(clock.cpu[total - 1] - clock.cpu[warmup_steps - 1]) / seconds,
-        steps=steps, warmup_steps=warmup_steps, timed_seconds=seconds,
+        steps=steps, warmup_steps=warmup_steps, timed_seconds=seconds, repeats=repeats,
+        images_per_s_low=min(blocks), images_per_s_high=max(blocks),
         step_seconds_median=float(np.median(np.diff(ends))), epoch_images=full_size, train_images=len(x),
         model_params=params, final_loss=float(history.history["loss"][-1]),
         device_names=tuple(device_setup.names), physical_gpus=len(tf.config.list_physical_devices("GPU")),
@@ -370,6 +385,7 @@ def measure_training(
     data_path: str | os.PathLike | None = None,
     samples: int | None = None,
     seed: int = 0,
+    repeats: int = 1,
 ) -> Run:
     """Training images/s of `model` on `n_devices` devices fed by `pipeline`, in this process.
 
@@ -377,8 +393,9 @@ def measure_training(
     notebook right after a restart). One device trains the model itself; more
     use `strategy`: ``"mirrored"`` (``MirroredStrategy``) or ``"towers"``
     (`mgtutor.multi_gpu_model`). The global batch is `batch_size_per_replica`
-    x `n_devices`. Times `steps` steps after `warmup_steps` untimed ones (the
-    first traces the graph); ``seconds_per_epoch`` is the whole training split
+    x `n_devices`. Times `repeats` blocks of `steps` steps after `warmup_steps`
+    untimed ones (the first traces the graph): ``images_per_s`` is the blocks'
+    median, ``images_per_s_low``/``_high`` their extremes; ``seconds_per_epoch`` is the whole training split
     at that rate; ``pipeline_images_per_s`` is the pipeline alone (no training).
     `samples` limits the training images (None: all). Pipelines: `PIPELINES`,
     described in `PIPELINE_DESCRIPTIONS`.
@@ -387,12 +404,13 @@ def measure_training(
     check_choice("pipeline", pipeline, PIPELINES)
     check_whole("batch_size_per_replica", batch_size_per_replica, 1)
     check_run_settings(
-        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed
+        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed,
+        repeats=repeats,
     )
     return _measure_in_process(
         n_devices, [pipeline], model=model, strategy=strategy, batch_size_per_replica=batch_size_per_replica,
         steps=steps, warmup_steps=warmup_steps, dataset=dataset, data_path=data_path, samples=samples,
-        seed=seed,
+        seed=seed, repeats=repeats,
     )[0]  # fmt: skip
 
 

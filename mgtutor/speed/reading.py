@@ -30,11 +30,15 @@ class Point:
 
     speed-up = images/s / baseline images/s; ideal = devices / baseline devices;
     efficiency = speed-up / ideal; ``ideal_images_per_s`` = baseline images/s x ideal.
+    ``speedup_low``/``_high`` bound the speed-up by the two runs' spreads (slowest block here over
+    the baseline's fastest, and the reverse): a speed-up is a difference only outside them.
     """
 
     run: Run
     baseline_devices: int
     speedup: float
+    speedup_low: float
+    speedup_high: float
     ideal_speedup: float
     efficiency: float
     ideal_images_per_s: float
@@ -55,6 +59,7 @@ class Point:
         """The run with its reading beside it (a row of ``scaling.json``'s runs)."""
         return {
             **self.run.as_dict(), "baseline_devices": self.baseline_devices, "speedup": self.speedup,
+            "speedup_low": self.speedup_low, "speedup_high": self.speedup_high,
             "ideal_speedup": self.ideal_speedup, "efficiency": self.efficiency,
             "ideal_images_per_s": self.ideal_images_per_s,
         }  # fmt: skip
@@ -86,16 +91,17 @@ class Reading:
     lines: tuple[str, ...]
 
     def table(self) -> str:
-        """The runs as a text table: devices, pipeline, images/s, s/epoch, speed-up, efficiency."""
+        """The runs as a text table: devices, pipeline, images/s (median, slowest-fastest), s/epoch, ..."""
         header = (
-            f"{'devices':>7}  {'pipeline':<10} {'images/s':>9} {'s/epoch':>8} {'speed-up':>8} "
+            f"{'devices':>7}  {'pipeline':<10} {'images/s':>9} {'spread':>13} {'s/epoch':>8} {'speed-up':>8} "
             f"{'efficiency':>10} {'input alone img/s':>17}"
         )
         lines = [header, "-" * len(header)]
         for point in sorted(self.points, key=lambda p: (PIPELINES.index(p.pipeline), p.devices)):
             run, alone = point.run, point.run.pipeline_images_per_s
+            spread = "-".join(_fmt_rate(rate) for rate in run.spread)
             lines.append(
-                f"{run.devices:>7}  {run.pipeline:<10} {run.images_per_s:>9,.0f} "
+                f"{run.devices:>7}  {run.pipeline:<10} {run.images_per_s:>9,.0f} {spread:>13} "
                 f"{run.seconds_per_epoch:>8.1f} {point.speedup:>8.2f} {point.efficiency:>10.0%} "
                 f"{(_fmt_rate(alone) if alone else '-'):>17}"
             )
@@ -118,8 +124,11 @@ def speedups(runs: Sequence[Run]) -> list[Point]:
     for run in runs:
         base = baselines[run.pipeline]
         speedup, ideal = run.images_per_s / base.images_per_s, run.devices / base.devices
+        (low, high), (base_low, base_high) = run.spread, base.spread
+        bounds = (1.0, 1.0) if run is base else (low / base_high, high / base_low)
         points.append(Point(
-            run=run, baseline_devices=base.devices, speedup=speedup, ideal_speedup=ideal,
+            run=run, baseline_devices=base.devices, speedup=speedup, speedup_low=bounds[0],
+            speedup_high=bounds[1], ideal_speedup=ideal,
             efficiency=speedup / ideal, ideal_images_per_s=base.images_per_s * ideal,
         ))  # fmt: skip
     return points
@@ -127,6 +136,24 @@ def speedups(runs: Sequence[Run]) -> list[Point]:
 
 def _fmt_rate(value: float) -> str:
     return f"{value:,.0f}"
+
+
+def difference(low: float, high: float) -> str:
+    """What a ratio bounded by [low, high] says: a difference only when 1 lies outside."""
+    if low > 1:
+        return "faster, beyond the spread"
+    if high < 1:
+        return "slower, beyond the spread"
+    return "within the spread: no difference measured"
+
+
+def _with_spread(point: Point) -> str:
+    if point.run.repeats < 2 or point.devices == point.baseline_devices:  # no spread to read
+        return f"{point.speedup:.2f}"
+    return (
+        f"{point.speedup:.2f} ({point.speedup_low:.2f}-{point.speedup_high:.2f} over the repeats: "
+        f"{difference(point.speedup_low, point.speedup_high)})"
+    )
 
 
 def _input_verdict(
@@ -184,14 +211,14 @@ def _best_speedup(points: Sequence[Point]) -> Point:
 def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequence[Point]) -> str:
     """What the hardware allows, then what was measured, in words that agree with the numbers."""
     top = _best_speedup(points)
-    measured = f"measured: speed-up {top.speedup:.2f} on {top.devices} devices ({top.pipeline})"
+    measured = f"measured: speed-up {_with_spread(top)} on {top.devices} devices ({top.pipeline})"
     if kind in ("logical-cpu", "logical-gpu"):
         what = (
             f"{', '.join(map(str, counts))} logical CPU device(s) share {cores} core(s)"
             if kind == "logical-cpu"
             else "The logical GPUs are slices of one physical GPU"
         )
-        if top.speedup <= 1.05:
+        if top.speedup_low <= 1.0:
             verdict = "as expected: the added devices bring no compute of their own."
         elif _scaling_mode(points) == "strong":
             verdict = (
@@ -249,7 +276,7 @@ def _pipeline_summaries(points: Sequence[Point], pipelines: Sequence[str]) -> tu
             lines.append(
                 f"{pipeline}: {first.devices} -> {last.devices} devices: "
                 f"{_fmt_rate(first.images_per_s)} -> {_fmt_rate(last.images_per_s)} images/s, "
-                f"speed-up {last.speedup:.2f}, efficiency {last.efficiency:.0%}."
+                f"speed-up {_with_spread(last)}, efficiency {last.efficiency:.0%}."
             )
     return summary, lines
 

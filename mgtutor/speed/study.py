@@ -54,6 +54,7 @@ class StudyArgs:
     global_batch: int | None
     steps: int
     warmup_steps: int
+    repeats: int
     dataset: str
     data_path: str | None
     samples: int | None
@@ -70,7 +71,8 @@ class StudyArgs:
         """What the child measuring `n` devices needs, as `measure_training` names it."""
         return {
             "model": self.model, "strategy": self.strategy, "batch_size_per_replica": self.per_replica(n),
-            "steps": self.steps, "warmup_steps": self.warmup_steps, "dataset": self.dataset,
+            "steps": self.steps, "warmup_steps": self.warmup_steps, "repeats": self.repeats,
+            "dataset": self.dataset,
             "data_path": self.data_path, "samples": self.samples, "seed": self.seed,
         }  # fmt: skip
 
@@ -151,6 +153,7 @@ def check_study(
     global_batch: Any,
     steps: Any,
     warmup_steps: Any,
+    repeats: Any,
     dataset: Any,
     data_path: Any,
     samples: Any,
@@ -162,7 +165,8 @@ def check_study(
     """`scaling_study`'s arguments, each checked under its own name before any child starts."""
     devices, pipelines = _check_counts(devices), _check_pipelines(pipelines)
     check_run_settings(
-        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed
+        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed,
+        repeats=repeats,
     )
     if not is_real(timeout) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds per child process, got {timeout!r}.")
@@ -175,7 +179,8 @@ def check_study(
     args = StudyArgs(
         devices=devices, pipelines=pipelines, model=model, strategy=strategy,
         batch_size_per_replica=batch_size_per_replica, global_batch=global_batch, steps=steps,
-        warmup_steps=warmup_steps, dataset=dataset, data_path=None if data_path is None else str(data_path),
+        warmup_steps=warmup_steps, repeats=repeats, dataset=dataset,
+        data_path=None if data_path is None else str(data_path),
         samples=samples, seed=seed, isolate=isolate, output=None if output is None else Path(output),
         timeout=float(timeout),
     )  # fmt: skip
@@ -266,6 +271,7 @@ def scaling_study(
     global_batch: int | None = None,
     steps: int = 20,
     warmup_steps: int = 3,
+    repeats: int = 3,
     dataset: str = "cifar10",
     data_path: str | os.PathLike | None = None,
     samples: int | None = None,
@@ -285,15 +291,18 @@ def scaling_study(
     seconds per child. Weak scaling (the default) keeps `batch_size_per_replica`,
     so the global batch grows with the devices; strong scaling, with
     `global_batch`, keeps the global batch and gives each of n devices
-    ``global_batch // n``. Returns a `Study`: ``.runs``, ``.reading`` (speed-ups
-    in ``.reading.points``, sentences in ``.reading.lines``), ``.table``; with
-    `output`, also writes ``scaling.json`` and ``scaling.png`` there, atomically.
+    ``global_batch // n``. Each run times `repeats` blocks of `steps` steps: its
+    images/s is their median, and the slowest and fastest block give its spread
+    (within one process; the processes run one after another). Returns a
+    `Study`: ``.runs``, ``.reading`` (speed-ups in ``.reading.points``,
+    sentences in ``.reading.lines``), ``.table``; with `output`, also writes
+    ``scaling.json`` and ``scaling.png`` there, atomically.
     """
     args = check_study(
         devices=devices, pipelines=pipelines, model=model, strategy=strategy,
         batch_size_per_replica=batch_size_per_replica, global_batch=global_batch, steps=steps,
-        warmup_steps=warmup_steps, dataset=dataset, data_path=data_path, samples=samples, seed=seed,
-        isolate=isolate, output=output, timeout=timeout,
+        warmup_steps=warmup_steps, repeats=repeats, dataset=dataset, data_path=data_path, samples=samples,
+        seed=seed, isolate=isolate, output=output, timeout=timeout,
     )  # fmt: skip
     groups = [(n, [p]) for n in args.devices for p in args.pipelines] if args.isolate else [
         (n, list(args.pipelines)) for n in args.devices
@@ -327,7 +336,9 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
         help="for 2+ devices: mirrored (MirroredStrategy) or towers (multi_gpu_model)")
     add("--batch-size-per-replica", type=int, default=32, metavar="B",
         help="images per device per step; the global batch is B x devices (default: 32)")
-    add("--steps", type=int, default=20, help="timed training steps (default: 20)")
+    add("--steps", type=int, default=20, help="timed training steps per repeat (default: 20)")
+    add("--repeats", type=int, default=3,
+        help="blocks of --steps timed one after another: median and spread (default: 3)")
     add("--warmup-steps", type=int, default=3,
         help="untimed steps first, at least 1: the first traces the graph (default: 3)")  # fmt: skip
 
@@ -376,7 +387,8 @@ def _parser() -> argparse.ArgumentParser:
 _FLAGS = {
     "devices": "--devices", "pipelines": "--pipelines", "model": "--model", "strategy": "--strategy",
     "batch_size_per_replica": "--batch-size-per-replica", "steps": "--steps",
-    "warmup_steps": "--warmup-steps", "samples": "--samples", "seed": "--seed", "timeout": "--timeout",
+    "repeats": "--repeats", "warmup_steps": "--warmup-steps", "samples": "--samples", "seed": "--seed",
+    "timeout": "--timeout",
     "output": "--out", "dataset": "--dataset",
 }  # fmt: skip
 
@@ -391,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         study = scaling_study(
             args.devices, args.pipelines, model=args.model, strategy=args.strategy,
             batch_size_per_replica=args.batch_size_per_replica, steps=args.steps,
-            warmup_steps=args.warmup_steps,
+            warmup_steps=args.warmup_steps, repeats=args.repeats,
             dataset=args.dataset, data_path=args.data_path, samples=args.samples, seed=args.seed,
             isolate=args.isolate, output=args.out, timeout=args.timeout,
         )  # fmt: skip

@@ -375,9 +375,19 @@ def _(records: dict, p: dict) -> None:
     for study in ("strong_speedup", "weak_speedup"):
         assert sorted(records[study]) == sorted(counts) and records[study][counts[0]] == 1.0
         assert all(0.05 < speedup < 10 for speedup in records[study].values())
+        # Each speed-up lies within the bounds its two runs' spreads give (the baseline's are 1).
+        spread = records[f"{study}_spread"]
+        assert spread[counts[0]] == [1.0, 1.0]
+        assert all(low <= records[study][n] <= high for n, (low, high) in spread.items())
     assert records["scaling_files"] == ["scaling.json", "scaling.png"]
     assert sorted(records["batch_sweep"]) == sorted(str(b) for b in p["SWEEP"])
     assert all(rate > 0 for rate in records["batch_sweep"].values())
+    for size, (low, high) in records["batch_sweep_spread"].items():  # the median lies in its blocks' range
+        assert 0 < low <= records["batch_sweep"][size] <= high
+    for n, (ratio, low, high) in records["batch_alone"].items():
+        assert low <= ratio <= high and n in records["weak_speedup"]
+    for name, (low, high) in records["step_breakdown_spread"].items():
+        assert 0 < low <= records["step_breakdown"][name] <= high
     parts = records["step_breakdown"]
     assert all(parts[name] >= 0 for name in ("compute", "sync", "other")) and parts["step"] > 0
     assert parts["other"] == pytest.approx(max(0.0, parts["step"] - parts["compute"] - parts["sync"]))

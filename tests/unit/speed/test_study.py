@@ -23,7 +23,7 @@ import pytest
 from mgtutor.speed import amdahl, measure, study
 from mgtutor.speed.figure import plot_scaling
 from mgtutor.speed.measure import Run, pipeline_images_per_second
-from mgtutor.speed.reading import read_scaling, speedups
+from mgtutor.speed.reading import difference, read_scaling, speedups
 from tests.conftest import ROOT, run_child
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -68,7 +68,7 @@ def test_cli_study_on_one_and_two_devices(tmp_path):
     command = [
         sys.executable, "-m", "mgtutor.speed.study", "--devices", "1", "2", "--model", "lenet",
         "--pipelines", "synthetic", "in_memory", "--steps", "3", "--warmup-steps", "1",
-        "--samples", "128", "--batch-size-per-replica", "16", "--out", str(out),
+        "--samples", "128", "--batch-size-per-replica", "16", "--repeats", "2", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -84,7 +84,11 @@ def test_cli_study_on_one_and_two_devices(tmp_path):
         assert run["global_batch"] == 16 * n
         assert run["strategy"] == ("mirrored" if n > 1 else "none (one device)")
         assert run["images_per_s"] > 0 and run["pipeline_images_per_s"] > 0
-        assert run["images_per_s"] == pytest.approx(3 * 16 * n / run["timed_seconds"], rel=EXACT)
+        # 2 blocks of 3 steps: the rate is their median (their mean), the whole span's rate between them.
+        low, high = run["images_per_s_low"], run["images_per_s_high"]
+        assert run["repeats"] == 2 and 0 < low <= high
+        assert run["images_per_s"] == pytest.approx((low + high) / 2, rel=EXACT)
+        assert low * (1 - EXACT) <= 2 * 3 * 16 * n / run["timed_seconds"] <= high * (1 + EXACT)
         assert run["epoch_images"] == epoch_images and run["train_images"] == 128
         assert run["seconds_per_epoch"] == pytest.approx(epoch_images / run["images_per_s"], rel=EXACT)
         assert run["model_params"] == LENET_PARAMS_32X32X3
@@ -92,6 +96,9 @@ def test_cli_study_on_one_and_two_devices(tmp_path):
         assert 1.0 < run["final_loss"] < 5.0
         base = runs[(1, pipeline)]
         assert run["speedup"] == pytest.approx(run["images_per_s"] / base["images_per_s"], rel=EXACT)
+        if n > 1:  # bounded by the two runs' spreads
+            assert run["speedup_low"] == pytest.approx(low / base["images_per_s_high"], rel=EXACT)
+            assert run["speedup_low"] <= run["speedup"] <= run["speedup_high"]
         assert abs(run["efficiency"] - run["speedup"] / n) < EXACT
         assert run["cpu_affinity"] == len(os.sched_getaffinity(0))
     assert runs[(1, "synthetic")]["speedup"] == 1.0 and runs[(1, "in_memory")]["speedup"] == 1.0
@@ -152,6 +159,7 @@ def _no_children(*args, **kwargs):
         (["--strategy", "nccl"], "--strategy", "towers"),
         (["--batch-size-per-replica", "0"], "--batch-size-per-replica", ">= 1"),
         (["--steps", "0"], "--steps", ">= 1"),
+        (["--repeats", "0"], "--repeats", "3 shows the spread"),
         (["--warmup-steps", "0"], "--warmup-steps", "traces the graph"),
         (["--devices", "1", "4", "--samples", "100"], "--samples", "samples >= 128"),
         (["--samples", "10000000"], "--samples", "between 128"),
@@ -186,6 +194,8 @@ def test_measure_training_checks_before_starting_tensorflow():
         measure.measure_training(1, pipeline="disk")
     with pytest.raises(ValueError, match="warmup_steps must be a whole number >= 1"):
         measure.measure_training(1, warmup_steps=0)
+    with pytest.raises(ValueError, match="repeats must be a whole number >= 1"):
+        measure.measure_training(1, repeats=1.5)
 
 
 def test_a_failing_or_slow_child_is_reported_with_its_last_lines(monkeypatch, tmp_path):
@@ -254,6 +264,31 @@ def test_speedup_efficiency_and_the_input_verdict_from_known_numbers():
     assert reading.gap_vs_synthetic["flow"]["4"] == pytest.approx(1 - 1600 / 3600, abs=EXACT)
     assert any("flow trains 56% slower" in line and "input-bound" in line for line in reading.lines)
     assert reading.pipelines["synthetic"]["efficiency_at_most_devices"] == pytest.approx(0.9, abs=EXACT)
+
+
+def test_a_speedup_is_a_difference_only_outside_the_spreads_of_both_runs():
+    def run(n: int, low: float, median: float, high: float) -> Run:
+        return replace(_run(n, "synthetic", median, 1e6, "logical-cpu"), repeats=3, images_per_s_low=low,
+                       images_per_s_high=high)  # fmt: skip
+
+    # 1,000 (950-1,050) vs 930 (900-960): 0.93, but 900/1,050 = 0.86 to 960/950 = 1.01 holds 1.
+    within = {p.devices: p for p in speedups([run(1, 950, 1000, 1050), run(2, 900, 930, 960)])}
+    assert within[1].speedup_low == within[1].speedup_high == 1.0  # the baseline is the reference
+    assert within[2].speedup == pytest.approx(0.93, abs=EXACT)
+    bounds = (within[2].speedup_low, within[2].speedup_high)
+    assert bounds == pytest.approx((900 / 1050, 960 / 950), abs=EXACT)
+    reading = read_scaling([run(1, 950, 1000, 1050), run(2, 900, 930, 960)])
+    assert "speed-up 0.93 (0.86-1.01 over the repeats: within the spread: no difference measured)" in (
+        reading.lines[0]
+    )
+    assert "950-1,050" in reading.table() and "spread" in reading.table().splitlines()[0]
+    # Tight spreads: the same 0.93 is a slowdown.
+    tight = read_scaling([run(1, 995, 1000, 1005), run(2, 925, 930, 935)])
+    assert "0.93 (0.92-0.94 over the repeats: slower, beyond the spread)" in tight.lines[0]
+    assert difference(1.02, 1.10) == "faster, beyond the spread"
+    # A run from before repeats (no low/high): its one rate is its spread.
+    old = speedups([_run(1, "synthetic", 1000.0, 1e6), _run(2, "synthetic", 900.0, 1e6)])
+    assert old[1].speedup_low == old[1].speedup_high == pytest.approx(0.9, abs=EXACT)
 
 
 def test_the_reading_on_shared_cores_and_without_a_one_device_run():
