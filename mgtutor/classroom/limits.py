@@ -143,6 +143,11 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
             f"section 5 kills the run mid-epoch, so it needs TRAIN_SAMPLES >= {batch + 1}."
         )
         return {}
+    if int(p["TRAIN_SAMPLES"]) < 2 * batch:
+        problems.append(
+            f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} holds fewer than 2 full global batches of {batch}; "
+            f"section 6 crashes a run one batch past a checkpoint, so it needs TRAIN_SAMPLES >= {2 * batch}."
+        )
     # Killed after the batch just past the middle of the middle epoch; saved every quarter of an epoch.
     kill = [(int(p["EPOCHS"]) - 1) // 2, steps // 2 + 1]
     if every is None:

@@ -27,6 +27,9 @@ def test_committed_without_outputs(notebook):
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [] and cell["execution_count"] is None, path.name
     assert set(nb["metadata"]) <= {"kernelspec", "language_info"}, "strip editor metadata"
+    # nbformat 4.5 gives every cell an id; without one, every execution warns (MissingIDFieldWarning).
+    ids = [cell.get("id") for cell in nb["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), f"{path.name}: a cell without an id, or one id twice"
 
 
 def test_one_parameters_cell_of_all_caps_literals(notebook):
