@@ -344,14 +344,12 @@ class Trainer:
         other workers would wait for it. File-writing callbacks (ModelCheckpoint,
         CSVLogger) belong on the chief only (``[...] if trainer.is_chief else []``).
 
-        `accumulation_steps` k: each replica adds up the gradients of k batches
-        of `batch_size` and the optimizer updates (one all-reduce) once per k,
-        with the gradient of the mean loss over all k · batch_size examples: a
-        step of global batch k · batch_size in the memory of one batch. An epoch
-        of `steps_per_epoch` batches is then ceil(steps_per_epoch / k) steps,
-        the last one of the batches left (its mean over those). Callbacks, the
-        progress bar, `checkpoint_every_steps` and ``history.steps_trained``
-        count these steps (updates); checkpoints fall between them.
+        `accumulation_steps` k: one update (one all-reduce) per k batches, with
+        the gradient of the mean loss over their k · batch_size examples. An
+        epoch of `steps_per_epoch` batches is ceil(steps_per_epoch / k) steps,
+        the last of the batches left (the mean over those). Callbacks, the bar,
+        `checkpoint_every_steps` and ``steps_trained`` count these steps
+        (updates); checkpoints fall between them.
         """
         plan = plan_fit(
             replicas=self.num_replicas, x=x, y=y, plain_arrays=True, batch_size=batch_size,
@@ -364,13 +362,9 @@ class Trainer:
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
         self._build_metrics(plan.x, plan.y)
         state, checkpointer, resumed_from = self._start(plan, say)
+        params = {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.updates_per_epoch}
         callback_list = keras.callbacks.CallbackList(
-            list(plan.callbacks),
-            add_progbar=bool(plan.verbose and self.is_chief),
-            model=self.model,
-            verbose=plan.verbose,
-            epochs=plan.epochs,
-            steps=plan.updates_per_epoch,
+            list(plan.callbacks), add_progbar=bool(plan.verbose and self.is_chief), model=self.model, **params
         )
         summaries = EpochSummaries(plan.log_dir) if plan.log_dir is not None and self.is_chief else None
         trained = 0
@@ -383,12 +377,7 @@ class Trainer:
             if summaries is not None:
                 summaries.close()
 
-        history = checkpoints.history_of(
-            self.model,
-            state,
-            {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.updates_per_epoch},
-            resumed_from,
-        )
+        history = checkpoints.history_of(self.model, state, params, resumed_from)
         history.steps_trained = trained
         self.history = history
         return history
