@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mgtutor.files import ModelFileError, atomic_write
+from mgtutor.training.worker import is_chief
 
 STATE_FILE = "resume-state.npz"
 FORMAT = 1
@@ -135,9 +136,13 @@ def resume_point(checkpoint_dir: str | os.PathLike) -> tuple[int, int] | None:
     return int(saved[0]["epoch"]), int(saved[0]["step"])
 
 
+# What a setting added later means in a checkpoint written before it existed.
+_EARLIER_DEFAULTS = {"accumulation_steps": 1}
+
+
 def check_same_settings(folder: Path, saved: dict, settings: dict) -> None:
     """Refuse to resume a run started with other settings, naming each difference."""
-    before = saved.get("settings", {})
+    before = {**_EARLIER_DEFAULTS, **saved.get("settings", {})}
     changed = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
     if changed:
         listed = "; ".join(
@@ -276,3 +281,29 @@ def history_of(model: Any, state: dict, params: dict, resumed_from: tuple[int, i
             history.history.setdefault(key, []).append(value)
     history.resumed_from = resumed_from
     return history
+
+
+class StrategyCheckpointer:
+    """`Trainer`'s run state in its file: every worker reads the values, the chief writes."""
+
+    def __init__(self, strategy: Any, folder: Path, groups: dict[str, list], state: dict) -> None:
+        self.strategy, self.folder, self.groups, self.state = strategy, folder, groups, state
+        self.chief = is_chief(strategy)
+
+    def restore(self, values: dict[str, list[np.ndarray]]) -> None:
+        restored = [name for name in self.groups if name != "metric_replicas"]
+        for name in restored:  # all refused before anything is assigned
+            check_shapes(self.groups[name], values.get(name, []), name, self.folder)
+        with self.strategy.scope():
+            for name in restored:
+                if name != "metrics":
+                    restore(self.groups[name], values[name], name, self.folder)
+            # Each replica's own part of the metric sums where the file has them (same replicas).
+            restore_metrics(
+                self.groups["metrics"], values["metrics"], values.get("metric_replicas"), self.folder,
+                self.strategy,
+            )
+
+    def save(self) -> Path:
+        # Reading summed metric variables is a collective: every worker reads, only the chief writes.
+        return write_state(self.folder, self.state, self.groups, write=self.chief)

@@ -39,7 +39,9 @@ class FitPlan:
     `whole_batches` an epoch trains only full batches (`steps_per_epoch` of them); without, its
     last batch holds what is left. `settings` identify the run: a checkpoint of other settings is
     refused. `fit_options` are what `resumable_fit` hands to Keras ``fit`` as they are (its
-    validation among them: Keras checks those).
+    validation among them: Keras checks those). `accumulation_steps` batches make one optimizer
+    update (one all-reduce): an epoch is `updates_per_epoch` updates, its last one of the batches
+    left when `steps_per_epoch` is not a multiple.
     """
 
     arrays: tuple
@@ -57,7 +59,12 @@ class FitPlan:
     validation: Validation | None
     log_dir: Path | None
     settings: dict[str, Any]
+    accumulation_steps: int = 1
     fit_options: dict[str, Any] = field(default_factory=dict)  # resumable_fit's, handed to Keras fit
+
+    @property
+    def updates_per_epoch(self) -> int:
+        return -(-self.steps_per_epoch // self.accumulation_steps)
 
     @property
     def x(self) -> Any:
@@ -177,6 +184,14 @@ def _check_checkpoints(checkpoint_dir: Any, every: Any, name: str) -> tuple[Path
     return folder, every
 
 
+def _check_accumulation(steps: Any, refused: str | None) -> int:
+    fix = "Pass a whole number such as accumulation_steps=4 (1, the default: one update per batch)."
+    steps = check_whole("accumulation_steps", steps, 1, fix)
+    if steps > 1 and refused:
+        raise ValueError(f"accumulation_steps={steps}: {refused}")
+    return steps
+
+
 def plan_fit(
     *,
     replicas: int,
@@ -200,10 +215,13 @@ def plan_fit(
     log_dir: Any = None,
     backup_fix: str = "Pass checkpoint_dir=... instead: it resumes mid-epoch.",
     fit_options: dict[str, Any] | None = None,
+    accumulation_steps: Any = 1,
+    accumulation_refused: str | None = None,
 ) -> FitPlan:
     """Every argument of a fit checked, in the order a reader would, before any work or write.
 
     `plain_arrays`: x and y must be NumPy arrays (the Trainer slices them per replica), not nests.
+    `accumulation_refused`: why this engine cannot accumulate (then only accumulation_steps=1 is taken).
     """
     if plain_arrays:
         check_arrays(x, y, "fit")
@@ -216,13 +234,14 @@ def plan_fit(
         raise TypeError(f"shuffle must be True or False, got {shuffle!r}.")
     check_batch_divisible(batch_size, replicas)
     steps = _steps(n, batch_size, whole_batches, steps_per_epoch)
+    accumulation = _check_accumulation(accumulation_steps, accumulation_refused)
     validation = None
     if validation_data is not None:
         validation = _check_validation(validation_data, validation_batch_size or batch_size, replicas)
     folder, every = _check_checkpoints(checkpoint_dir, save_every_steps, save_every_name)
     settings = {
         "batch_size": batch_size, "steps_per_epoch": steps, "seed": seed, "shuffle": shuffle,
-        "num_examples": n, "data": checkpoints.fingerprint(arrays, n),
+        "num_examples": n, "data": checkpoints.fingerprint(arrays, n), "accumulation_steps": accumulation,
     }  # fmt: skip
     return FitPlan(
         arrays=arrays, num_examples=n, batch_size=batch_size, epochs=epochs, steps_per_epoch=steps,
@@ -230,5 +249,5 @@ def plan_fit(
         callbacks=_check_callbacks(callbacks, backup_fix), verbose=_check_verbose(verbose),
         checkpoint_dir=folder, save_every_steps=every, validation=validation,
         log_dir=None if log_dir is None else checkpoints.checkpoint_folder(log_dir, "log_dir"),
-        settings=settings, fit_options=dict(fit_options or {}),
+        settings=settings, accumulation_steps=accumulation, fit_options=dict(fit_options or {}),
     )  # fmt: skip

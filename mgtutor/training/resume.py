@@ -43,6 +43,15 @@ _PASSED_TO_FIT = {
 }
 
 
+# Why resumable_fit takes accumulation_steps=1 only (measured with Keras 3.15.1).
+ACCUMULATION_REFUSED = (
+    "resumable_fit does not accumulate gradients. Keras' own gradient_accumulation_steps fails under "
+    "MirroredStrategy fit (\"merge_call called while defining a new graph\", keras#20582), and on one "
+    "replica it averages a short last batch like a full one. Use mgtutor.Trainer(model, optimizer, loss, "
+    "metrics, strategy=...).fit(x, y, batch_size=..., accumulation_steps=k, checkpoint_dir=...): one "
+    "all-reduce per k batches, the exact mean over them, on 1 or N devices and N workers, resumable."
+)
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -384,6 +393,7 @@ def resumable_fit(
     sample_weight: Any = None,
     monitor: str | None = None,
     mode: str = "auto",
+    accumulation_steps: int = 1,
     **fit_kwargs: Any,
 ) -> Any:
     """``model.fit(x, y, ...)`` that a restart with the same call continues where it was killed.
@@ -410,7 +420,8 @@ def resumable_fit(
     statistics of all the data and a resumed run stays bit-identical. A resume
     mid-epoch runs ``fit`` twice (the rest of that epoch, then the epochs after
     it), so `callbacks` see two ``on_train_begin``/``on_train_end`` pairs in
-    that process.
+    that process. `accumulation_steps` takes 1 only (more is refused: use
+    ``Trainer.fit(..., accumulation_steps=k)``, see `ACCUMULATION_REFUSED`).
     """
 
     strategy = _check_model(model, strategy)
@@ -421,6 +432,7 @@ def resumable_fit(
         seed=seed, whole_batches=False, callbacks=fit_kwargs.pop("callbacks", None),
         verbose=fit_kwargs.pop("verbose", "auto"), checkpoint_dir=checkpoint_dir,
         save_every_steps=save_every_steps, save_every_name="save_every_steps", fit_options=fit_kwargs,
+        accumulation_steps=accumulation_steps, accumulation_refused=ACCUMULATION_REFUSED,
         backup_fix="Remove the BackupAndRestore callback: resumable_fit saves the whole state and "
         "resumes mid-epoch.",
     )  # fmt: skip

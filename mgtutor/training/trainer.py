@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -23,6 +22,8 @@ from mgtutor._checks import check_whole
 from mgtutor.data_parallel import check_batch_divisible
 from mgtutor.progress import EpochSummaries
 from mgtutor.training import checkpoints
+from mgtutor.training.accumulation import accumulating_updates, gradient_sums, group_sizes
+from mgtutor.training.checkpoints import StrategyCheckpointer as Checkpointer
 from mgtutor.training.feeding import distributed, epoch_batches, padded_rows
 from mgtutor.training.losses import make_metric, per_example_loss
 from mgtutor.training.plan import FitPlan, check_arrays, plan_fit
@@ -37,35 +38,6 @@ def _strategy_of(variable: Any) -> Any:
     if isinstance(value, tf.distribute.DistributedValues):
         return value.distribute_strategy
     return None
-
-
-# --------------------------------------------------------------------------- checkpoints
-
-
-class _Checkpointer:
-    """The run's state in the checkpoints' file: every worker reads the values, the chief writes."""
-
-    def __init__(self, strategy: Any, folder: Path, groups: dict[str, list], state: dict) -> None:
-        self.strategy, self.folder, self.groups, self.state = strategy, folder, groups, state
-        self.chief = is_chief(strategy)
-
-    def restore(self, values: dict[str, list[np.ndarray]]) -> None:
-        restored = [name for name in self.groups if name != "metric_replicas"]
-        for name in restored:  # all refused before anything is assigned
-            checkpoints.check_shapes(self.groups[name], values.get(name, []), name, self.folder)
-        with self.strategy.scope():
-            for name in restored:
-                if name != "metrics":
-                    checkpoints.restore(self.groups[name], values[name], name, self.folder)
-            # Each replica's own part of the metric sums where the file has them (same replicas).
-            checkpoints.restore_metrics(
-                self.groups["metrics"], values["metrics"], values.get("metric_replicas"), self.folder,
-                self.strategy,
-            )
-
-    def save(self) -> Path:
-        # Reading summed metric variables is a collective: every worker reads, only the chief writes.
-        return checkpoints.write_state(self.folder, self.state, self.groups, write=self.chief)
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -145,6 +117,7 @@ class Trainer:
         self.history: keras.callbacks.History | None = None
         self._test_step: Callable[[Any], dict[str, Any]] | None = None
         self._vote: Callable[[Any], Any] | None = None
+        self._sums: list[tf.Variable] | None = None  # gradient accumulation's, made at its first use
 
     # -- facts
 
@@ -194,27 +167,33 @@ class Trainer:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
         return values
 
+    def _replica_gradients(self, x: Any, y: Any, global_batch: int) -> list:
+        """This replica's gradients of its share of the global-batch loss; its metrics updated."""
+        model = self.model
+        with tf.GradientTape() as tape:
+            prediction = model(x, training=True)
+            per_example = self._per_example(y, prediction)
+            regularization = self._regularization()
+            # Divide by the GLOBAL batch: summing the replicas' gradients then gives the
+            # gradient of the global-batch mean, exactly as on one device.
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            loss += tf.nn.scale_regularization_loss(regularization)
+            scaled = self.optimizer.scale_loss(loss)  # a LossScaleOptimizer's factor (else unchanged)
+        gradients = tape.gradient(scaled, model.trainable_variables)
+        local = tf.cast(tf.shape(per_example)[0], tf.float32)
+        # What fit logs: this replica's mean loss, weighted by its number of examples.
+        self._loss_tracker.update_state(tf.reduce_sum(per_example) / local + regularization, local)
+        for metric in self.metrics:
+            metric.update_state(y, prediction)
+        return gradients
+
     def _train_function(self, global_batch: int) -> Callable[[Any], dict[str, Any]]:
-        model, optimizer = self.model, self.optimizer
+        variables = self.model.trainable_variables
 
         def replica_step(x: Any, y: Any) -> None:
-            with tf.GradientTape() as tape:
-                prediction = model(x, training=True)
-                per_example = self._per_example(y, prediction)
-                regularization = self._regularization()
-                # Divide by the GLOBAL batch: summing the replicas' gradients then gives the
-                # gradient of the global-batch mean, exactly as on one device.
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-                loss += tf.nn.scale_regularization_loss(regularization)
-                scaled = optimizer.scale_loss(loss)  # a LossScaleOptimizer's factor (else unchanged)
-            gradients = tape.gradient(scaled, model.trainable_variables)
+            gradients = self._replica_gradients(x, y, global_batch)
             # apply_gradients sums the replicas' gradients (an all-reduce) before updating.
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-            local = tf.cast(tf.shape(per_example)[0], tf.float32)
-            # What fit logs: this replica's mean loss, weighted by its number of examples.
-            self._loss_tracker.update_state(tf.reduce_sum(per_example) / local + regularization, local)
-            for metric in self.metrics:
-                metric.update_state(y, prediction)
+            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
         @tf.function
         def train_step(iterator: Any) -> dict[str, Any]:
@@ -223,6 +202,19 @@ class Trainer:
             return self._results()
 
         return train_step
+
+    def _update_function(self, plan: FitPlan) -> Callable[[Any, int], dict[str, float]]:
+        """``update(iterator, g)``: one optimizer update (one all-reduce) from the next g batches."""
+        if plan.accumulation_steps == 1:  # one batch per update: the step as it always was
+            train_step = self._train_function(plan.batch_size)
+            return lambda iterator, _: {k: float(v) for k, v in train_step(iterator).items()}
+        variables = self.model.trainable_variables
+        if self._sums is None:
+            self._sums = gradient_sums(self.strategy, variables)
+        return accumulating_updates(
+            self.strategy, lambda x, y: self._replica_gradients(x, y, plan.batch_size), self.optimizer,
+            variables, self._sums, self._results,
+        )  # fmt: skip
 
     def _test_function(self) -> Callable[[Any], dict[str, Any]]:
         model = self.model
@@ -327,6 +319,7 @@ class Trainer:
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every_steps: int | None = None,
         log_dir: str | os.PathLike | None = None,
+        accumulation_steps: int = 1,
     ) -> keras.callbacks.History:
         """Train for `epochs` epochs of full global batches of `batch_size`; returns the History.
 
@@ -350,6 +343,13 @@ class Trainer:
         mid-epoch must decide from the logs (identical on every worker), or the
         other workers would wait for it. File-writing callbacks (ModelCheckpoint,
         CSVLogger) belong on the chief only (``[...] if trainer.is_chief else []``).
+
+        `accumulation_steps` k: one update (one all-reduce) per k batches, with
+        the gradient of the mean loss over their k · batch_size examples. An
+        epoch of `steps_per_epoch` batches is ceil(steps_per_epoch / k) steps,
+        the last of the batches left (the mean over those). Callbacks, the bar,
+        `checkpoint_every_steps` and ``steps_trained`` count these steps
+        (updates); checkpoints fall between them.
         """
         plan = plan_fit(
             replicas=self.num_replicas, x=x, y=y, plain_arrays=True, batch_size=batch_size,
@@ -357,17 +357,14 @@ class Trainer:
             callbacks=callbacks, verbose=verbose, checkpoint_dir=checkpoint_dir,
             save_every_steps=checkpoint_every_steps, validation_data=validation_data,
             validation_batch_size=validation_batch_size, log_dir=log_dir,
+            accumulation_steps=accumulation_steps,
         )  # fmt: skip
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
         self._build_metrics(plan.x, plan.y)
         state, checkpointer, resumed_from = self._start(plan, say)
+        params = {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.updates_per_epoch}
         callback_list = keras.callbacks.CallbackList(
-            list(plan.callbacks),
-            add_progbar=bool(plan.verbose and self.is_chief),
-            model=self.model,
-            verbose=plan.verbose,
-            epochs=plan.epochs,
-            steps=plan.steps_per_epoch,
+            list(plan.callbacks), add_progbar=bool(plan.verbose and self.is_chief), model=self.model, **params
         )
         summaries = EpochSummaries(plan.log_dir) if plan.log_dir is not None and self.is_chief else None
         trained = 0
@@ -380,17 +377,12 @@ class Trainer:
             if summaries is not None:
                 summaries.close()
 
-        history = checkpoints.history_of(
-            self.model,
-            state,
-            {"verbose": plan.verbose, "epochs": plan.epochs, "steps": plan.steps_per_epoch},
-            resumed_from,
-        )
+        history = checkpoints.history_of(self.model, state, params, resumed_from)
         history.steps_trained = trained
         self.history = history
         return history
 
-    def _start(self, plan: FitPlan, say: Callable[..., None]) -> tuple[dict, _Checkpointer | None, Any]:
+    def _start(self, plan: FitPlan, say: Callable[..., None]) -> tuple[dict, Checkpointer | None, Any]:
         """The run's state, fresh or restored from a checkpoint of the same run; where it resumed."""
         state = checkpoints.new_state(plan.settings, replicas=self.num_replicas)
         if plan.checkpoint_dir is None:
@@ -403,7 +395,7 @@ class Trainer:
         parts = checkpoints.replica_parts(self.strategy, groups["metrics"])
         if parts is not None:
             groups["metric_replicas"] = parts
-        checkpointer = _Checkpointer(self.strategy, plan.checkpoint_dir, groups, state)
+        checkpointer = Checkpointer(self.strategy, plan.checkpoint_dir, groups, state)
         saved = checkpoints.read_state(plan.checkpoint_dir)
         if saved is None:
             return state, checkpointer, None
@@ -414,7 +406,8 @@ class Trainer:
         epoch, step = state["epoch"], state["step"]
         say(
             f"Trainer: resuming {plan.checkpoint_dir} at epoch {epoch + 1}/{plan.epochs}, batch "
-            f"{step}/{plan.steps_per_epoch} (global step {epoch * plan.steps_per_epoch + step})."
+            f"{step}/{plan.steps_per_epoch} (global step "
+            f"{epoch * plan.updates_per_epoch + step // plan.accumulation_steps})."
         )
         return state, checkpointer, (epoch, step)
 
@@ -422,18 +415,19 @@ class Trainer:
         self,
         plan: FitPlan,
         state: dict[str, Any],
-        checkpointer: _Checkpointer | None,
+        checkpointer: Checkpointer | None,
         callback_list: Any,
         summaries: EpochSummaries | None,
         say: Callable[..., None],
     ) -> int:
-        """The epoch loop, from the position in `state`; returns the number of steps run."""
+        """The epoch loop, from the position in `state`; returns the number of steps (updates) run."""
         steps, start_epoch, start_step = plan.steps_per_epoch, int(state["epoch"]), int(state["step"])
+        sizes, k = group_sizes(steps, plan.accumulation_steps), plan.accumulation_steps
         batches = epoch_batches(
             plan.num_examples, plan.batch_size, steps, plan.seed, plan.shuffle, start_epoch, plan.epochs
         ).skip(start_step)  # the batches of the interrupted epoch trained before the kill
         iterator = iter(distributed(self.strategy, batches, (plan.x, plan.y), plan.batch_size))
-        train_step = self._train_function(plan.batch_size)
+        update = self._update_function(plan)
         validation = None
         if plan.validation is not None:
             validation = self._validation(plan.validation.x, plan.validation.y, plan.validation.batch_size)
@@ -441,7 +435,7 @@ class Trainer:
         def save(epoch: int, step: int) -> None:
             self._average_statistics()  # the checkpoint holds one value per variable
             state.update(epoch=epoch, step=step)
-            global_step = epoch * steps + step
+            global_step = epoch * len(sizes) + -(-step // k)
             path = checkpointer.save()
             where = f"epoch {epoch + 1}, batch {step}/{steps}" if step else f"end of epoch {epoch}"
             say(f"checkpoint saved: step {global_step} ({where}) -> {path}")
@@ -451,19 +445,19 @@ class Trainer:
         callback_list.on_train_begin()
         epoch_logs: dict[str, float] = {}
         for epoch in range(start_epoch, plan.epochs):
-            first = start_step if epoch == start_epoch else 0
+            first = (start_step if epoch == start_epoch else 0) // k  # checkpoints fall between updates
             if first == 0:  # mid-epoch, the restored sums hold the batches trained before the kill
                 self._reset_metrics()
             callback_list.on_epoch_begin(epoch)
             logs: dict[str, float] = {}
-            for step in range(first, steps):
+            for step in range(first, len(sizes)):
                 callback_list.on_train_batch_begin(step)
-                logs = {k: float(v) for k, v in train_step(iterator).items()}
+                logs = update(iterator, sizes[step])
                 trained += 1
                 callback_list.on_train_batch_end(step, logs)
-                due = plan.save_every_steps and (epoch * steps + step + 1) % plan.save_every_steps == 0
-                if checkpointer is not None and due and step + 1 < steps:  # the epoch end saves anyway
-                    save(epoch, step + 1)
+                due = plan.save_every_steps and (epoch * len(sizes) + step + 1) % plan.save_every_steps == 0
+                if checkpointer is not None and due and step + 1 < len(sizes):  # the epoch end saves anyway
+                    save(epoch, (step + 1) * k)  # batches done
                 if self.model.stop_training:
                     break
             epoch_logs = dict(logs)

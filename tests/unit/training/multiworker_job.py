@@ -5,7 +5,8 @@
 
 It trains a tiny CNN with BatchNormalization on seeded random data,
 saves its final weights to ``--weights-out`` (``-worker<i>.npz`` appended),
-and reports its history, position and weight digest with `report_result`.
+and reports its history, position and weight digest with `report_result` (with
+``--accumulation-steps``, also its optimizer iterations and gradient all-reduces, counted as they run).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ parser.add_argument("--checkpoint-dir")
 parser.add_argument("--checkpoint-every", type=int)
 parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--weights-out")
+parser.add_argument("--accumulation-steps", type=int)  # given: Trainer accumulates, all-reduces are counted
 args = parser.parse_args()
 
 import mgtutor  # noqa: E402
@@ -72,6 +74,12 @@ with scope:
     model = build()
     optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
 trainer = Trainer(model, optimizer, "categorical_crossentropy", ["accuracy"], strategy=strategy)
+counted = {}
+if args.accumulation_steps:
+    from accumulation_cases import count_all_reduces, per_replica  # this script's folder
+
+    counted["accumulation_steps"] = args.accumulation_steps
+    all_reduces = count_all_reduces(trainer.strategy, optimizer)
 history = trainer.fit(
     x,
     y,
@@ -81,8 +89,13 @@ history = trainer.fit(
     callbacks=[SlowDown()] if args.step_seconds else [],
     checkpoint_dir=args.checkpoint_dir,
     checkpoint_every_steps=args.checkpoint_every,
+    **counted,
 )
 index = worker_index(trainer.strategy)
+counts = {}
+if counted:
+    counts["iterations"] = int(optimizer.iterations.numpy())
+    counts["all_reduces"] = per_replica(trainer.strategy, all_reduces)
 if args.weights_out:
     np.savez(f"{args.weights_out}-worker{index}.npz", *model.get_weights())
 report_result(
@@ -94,5 +107,6 @@ report_result(
         "resumed_from": history.resumed_from,
         "steps_trained": history.steps_trained,
         "steps_per_epoch": history.params["steps"],
+        **counts,
     }
 )

@@ -54,6 +54,11 @@ def test_another_run_model_or_format_is_refused_naming_the_difference(tmp_path):
     with pytest.raises(ValueError, match=r"batch_size: checkpoint 4, now 8; other x/y values"):
         checkpoints.check_same_settings(tmp_path, saved, {"batch_size": 8, "data": "ffff"})
     checkpoints.check_same_settings(tmp_path, saved, {"batch_size": 4, "data": "ab12"})  # the same run
+    # A checkpoint from before accumulation_steps existed was written with its default, 1.
+    same = {"batch_size": 4, "data": "ab12"}
+    checkpoints.check_same_settings(tmp_path, saved, {**same, "accumulation_steps": 1})
+    with pytest.raises(ValueError, match=r"accumulation_steps: checkpoint 1, now 2"):
+        checkpoints.check_same_settings(tmp_path, saved, {**same, "accumulation_steps": 2})
 
     other = [keras.Variable(np.zeros((3, 2), "float32")), keras.Variable(0.0)]
     with pytest.raises(ValueError, match=r"shape \(2, 3\), this one \(3, 2\)"):

@@ -335,3 +335,72 @@ def test_killed_worker_then_restart_resumes_from_the_last_checkpoint(uninterrupt
     assert restarted.results[0]["history"] == uninterrupted["result"].results[0]["history"]
     assert not (checkpoints / ".worker-1-tmp").exists()  # non-chief temp checkpoints are deleted
     _assert_nothing_left(restarted)
+
+
+# --------------------------------------------------------------------------- gradient accumulation
+
+# 232 samples in global batches of 32: 7 batches per epoch (8 rows left out). accumulation_steps=2:
+# updates of 2, 2, 2 and 1 batches, so 4 per epoch; checkpoints every 3 updates and at epoch ends.
+ACCUMULATION_ARGS = ["--samples", 232, "--accumulation-steps", 2, "--checkpoint-every", 3]
+
+
+@pytest.fixture(scope="module")
+def accumulated(tmp_path_factory):
+    """Two workers accumulating k=2 (uninterrupted), and one process with 2 replicas doing the same."""
+    from tests.conftest import run_child
+
+    folder = tmp_path_factory.mktemp("accumulation")
+    reference = run_child(
+        JOB, "--strategy", "mirrored", "--devices", 2, *ACCUMULATION_ARGS,
+        "--checkpoint-dir", folder / "reference-checkpoints", "--weights-out", folder / "reference",
+        timeout=240,
+    )  # fmt: skip
+    args = [*ACCUMULATION_ARGS, "--checkpoint-dir", folder / "checkpoints",
+            "--weights-out", folder / "workers"]  # fmt: skip
+    result = launch(JOB, 2, args=args, cwd=ROOT, timeout=240, stream=False)
+    assert result.ok, result.summary() + "\n" + "\n".join(result.workers[1].log_tail)
+    return {"result": result, "reference": reference, "folder": folder}
+
+
+@pytest.mark.slow
+def test_two_workers_accumulating_train_identical_weights_equal_to_two_replicas(accumulated):
+    result, folder, reference = accumulated["result"], accumulated["folder"], accumulated["reference"]
+    first, second = result.results
+    assert first["replicas"] == second["replicas"] == reference["replicas"] == 2
+    assert first["digest"] == second["digest"]  # bit-identical on both workers
+    assert _max_difference(_weights(folder / "workers", 0), _weights(folder / "workers", 1)) == 0.0
+    reference_weights = _weights(folder / "reference", 0)  # measured 1.2e-7 apart (float32 rounding)
+    assert _max_difference(_weights(folder / "workers", 0), reference_weights) <= REPLICA_TOLERANCE
+    # One all-reduce per update on each worker's replica: 2 epochs x ceil(7 / 2), not 14 (one per batch).
+    assert first["all_reduces"] == second["all_reduces"] == [8] and reference["all_reduces"] == [8, 8]
+    assert first["iterations"] == reference["iterations"] == 8
+    assert first["steps_per_epoch"] == 4 and first["steps_trained"] == 8
+    for key, values in reference["history"].items():
+        np.testing.assert_allclose(first["history"][key], values, atol=1e-5, err_msg=key)
+    _assert_nothing_left(result)
+
+
+@pytest.mark.slow
+def test_accumulating_workers_killed_and_restarted_resume_to_the_uninterrupted_weights(accumulated, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    args = [*ACCUMULATION_ARGS, "--checkpoint-dir", checkpoints, "--step-seconds", 0.3,
+            "--weights-out", tmp_path / "resumed"]  # fmt: skip
+    # Killed once the chief has saved update 3 (after batch 6 of epoch 1): wherever the kill lands,
+    # within a group or between two, the restart goes back to a group boundary.
+    killed = launch(JOB, 2, args=args, cwd=ROOT, timeout=240, kill_worker=1, kill_when=r"saved: step 3 ")
+    assert not killed.ok and killed.returncodes[1] == -9, killed.summary()
+    epoch, batch = resume_point(checkpoints)
+    assert batch % 2 == 0 or batch == 0  # only whole groups are ever saved
+    last_saved = epoch * 4 + batch // 2  # in updates
+
+    restarted = launch(JOB, 2, args=args, cwd=ROOT, timeout=240, stream=False)
+
+    assert restarted.ok, restarted.summary() + "\n" + "\n".join(restarted.workers[0].log_tail)
+    for reported in restarted.results:
+        assert tuple(reported["resumed_from"]) == (epoch, batch)
+        assert reported["steps_trained"] == 8 - last_saved >= 1
+    whole = _weights(accumulated["folder"] / "workers", 0)
+    assert _max_difference(_weights(tmp_path / "resumed", 0), whole) == 0.0  # measured: bit-identical
+    assert _max_difference(_weights(tmp_path / "resumed", 1), whole) == 0.0
+    _assert_nothing_left(killed)
+    _assert_nothing_left(restarted)

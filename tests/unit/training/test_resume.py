@@ -55,6 +55,12 @@ def test_resumable_fit_refuses_bad_arguments_before_any_work(tmp_path):
         (dict(callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path / "b"))]), ValueError,
          "Remove the BackupAndRestore"),
         (dict(mode="largest"), ValueError, "mode must be"),
+        (dict(accumulation_steps=0), ValueError, "accumulation_steps must be a whole number >= 1, got 0"),
+        (dict(accumulation_steps="4"), ValueError, "accumulation_steps must be a whole number >= 1, got '4'"),
+        # Refused on any replica count (Keras' own fails under MirroredStrategy fit), naming the fix.
+        (dict(accumulation_steps=2), ValueError,
+         r"accumulation_steps=2: resumable_fit does not accumulate.*keras#20582.*"
+         r"Trainer\(.*\)\.fit\(.*accumulation_steps=k"),
     ]  # fmt: skip
     for change, error, pattern in cases:
         arguments = dict(checkpoint_dir=ckpt, epochs=1, batch_size=2) | change
