@@ -64,8 +64,9 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     # Two epochs of 8 steps; saved every 2 (a quarter), killed after batch 5 of epoch 1, resumed from batch 4.
     "07_save_and_restore": {"EPOCHS": 2},
     # The learning-rate study needs a few dozen steps to leave chance level on real CIFAR-10.
-    "08_scaling_study": {"DEVICE_COUNTS": [1, 2], "BENCH_STEPS": 3, "SWEEP": [16, 32], "STUDY_SAMPLES": 256,
-                         "TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 2},
+    # Two timed blocks (the fewest that show a spread) of 3 steps.
+    "08_scaling_study": {"DEVICE_COUNTS": [1, 2], "BENCH_STEPS": 3, "REPEATS": 2, "SWEEP": [16, 32],
+                         "STUDY_SAMPLES": 256, "TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 2},
     # 30 rounds between evaluations (the frequencies' least common multiple) need 60 batches of 16.
     "09_parameter_averaging": {"TRAIN_SAMPLES": 1024, "EVALS": 2},
     # 8 steps of 2 workers x 16: killed after the checkpoint at step 4, the restart trains the other 4.
