@@ -2,7 +2,8 @@
 
 Each lesson runs twice in ONE kernel, as a learner does who runs it, then runs it
 again from the top: first offline with no data at all (the labelled synthetic
-stand-in), then with ``DATA_PATH`` pointing at the real data (CI: ../shared/data),
+stand-in; 07 and 09 at a new user's quick run, QUICK_RUN), then with ``DATA_PATH``
+pointing at the real data (CI: ../shared/data),
 which the notebook must pass on to the child processes it starts. The second run
 must not reuse the first's leftovers (07 and 10 would otherwise resume checkpoints
 of a model trained on other data). Notebooks 07 and 10 run in place (cwd
@@ -91,6 +92,12 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "12_keras_on_jax_solutions": {"N_DEVICES": 4},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
+# A new user's quick run, the same for every lesson (`make run EPOCHS=1 TRAIN_SAMPLES=512`; the lesson's
+# defaults otherwise). It once stopped the two lessons whose step counts come from their parameters
+# (07's save and kill, 09's rounds): they run offline with it instead of the tiny sizes, and what those
+# steps decide is checked below (QUICK_RUN_CHECKS) beside their usual checks.
+QUICK_RUN = {"EPOCHS": 1, "TRAIN_SAMPLES": 512, "TEST_SAMPLES": 128}
+QUICK_RUN_CHECKS: dict[str, Callable[[dict], None]] = {}
 
 
 def checks(stem: str):
@@ -99,6 +106,11 @@ def checks(stem: str):
         return function
 
     return register
+
+
+def quick_run_parameters(notebook: Path) -> dict:
+    defaults = notebook_parameters(notebook)
+    return {name: value for name, value in QUICK_RUN.items() if name in defaults}
 
 
 def tiny_parameters(notebook: Path) -> dict:
@@ -165,10 +177,14 @@ def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypa
     monkeypatch.setenv("KERAS_HOME", str(home))  # no data anywhere: empty Keras cache, offline
     monkeypatch.delenv("MGTUTOR_DATA_DIR", raising=False)
     monkeypatch.setenv("MGTUTOR_OFFLINE", "1")
+    quick = notebook.stem in QUICK_RUN_CHECKS
+    offline = quick_run_parameters(notebook) if quick else parameters
     with kernel(cwd) as km:
-        records = execute(notebook, tmp_path / "offline.ipynb", parameters, cwd, km)
-        check(notebook, records, parameters)
+        records = execute(notebook, tmp_path / "offline.ipynb", offline, cwd, km)
+        check(notebook, records, offline)
         check_offline(notebook, records, tmp_path / "offline.ipynb")
+        if quick:
+            QUICK_RUN_CHECKS[notebook.stem](records)
         # From the top again, in the same kernel, with the data found at last.
         findable = data is not None and "DATA_PATH" in notebook_parameters(notebook)
         again = {**parameters, "DATA_PATH": str(data)} if findable else parameters
@@ -377,6 +393,16 @@ def _(records: dict, p: dict) -> None:
     near_baseline(records)
 
 
+def _quick_07(records: dict) -> None:
+    # 512 images in global batches of 2 x 32: saved every 2 of 8 batches, killed after batch 5, resumed from 4
+    assert records["kill_at"] == [0, 5] and records["killed_at"] == [0, 4]
+    assert records["resume_weight_difference"] == 0.0 and len(records["loss_curves"]["uninterrupted"]) == 1
+    assert records["crash_plan"] == [8, 4, 13]  # section 6: 8 batches of 64 per epoch
+
+
+QUICK_RUN_CHECKS["07_save_and_restore"] = _quick_07
+
+
 @checks("08_scaling_study")
 def _(records: dict, p: dict) -> None:
     counts = [str(n) for n in p["DEVICE_COUNTS"]]
@@ -439,6 +465,15 @@ def _(records: dict, p: dict) -> None:
     every_round = final[f"average every {min(p['FREQUENCIES'])}"]
     assert abs(every_round - final["all-reduce (MirroredStrategy)"]) < 0.02  # the same algorithm
     assert all(seconds > 0 for seconds in records["seconds"].values())
+
+
+def _quick_09(records: dict) -> None:
+    # 512 images hold 8 rounds of 2 x 32: the seed's wrapper runs 6 of its 12, two averagings.
+    assert records["seed_rounds"] == 6 and len(records["seed_wrapper_spreads"]) == 2
+    assert records["spread_after_averaging"] == 0.0
+
+
+QUICK_RUN_CHECKS["09_parameter_averaging"] = _quick_09
 
 
 @checks("10_multi_worker")
