@@ -4,6 +4,8 @@ Looked for in this order: the ``path`` argument, ``MGTUTOR_DATA_DIR``, the Keras
 (``$KERAS_HOME/datasets``), then the Keras download unless ``MGTUTOR_OFFLINE`` is set. Failing
 all, the notebooks get a labelled synthetic stand-in; asked for real data only, `DataError`
 lists what was tried. The classroom data kit (downloads, checksums) is `mgtutor.classroom.datakit`.
+With ``full=True`` only a copy holding the whole official splits will do (`FULL_SIZES`): the
+exact CIFAR-10 subset a workshop ships is passed over, with the reason in the error if nothing else is found.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from mgtutor._prepare import one_hot, scale_images, take_subset
 DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
 OFFLINE_ENV = "MGTUTOR_OFFLINE"
 DATASET_NAMES = ("cifar10", "mnist", "synthetic")
+# The official (train, test) sizes: what `full=True` asks of a copy.
+FULL_SIZES = {"cifar10": (50_000, 10_000), "mnist": (60_000, 10_000)}
 
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer",
@@ -203,13 +207,29 @@ def _download_allowed(name: str, allow_download: bool) -> tuple[bool, str]:
     return True, ""
 
 
-def _load(name: str, path, allow_download: bool, patterns, reader, downloader) -> Dataset:
+def _short_of_full(name: str, data: Dataset) -> str | None:
+    """Why `data` is not the whole official data set, or None if it is."""
+    sizes, full = (len(data.y_train), len(data.y_test)), FULL_SIZES[name]
+    if sizes == full:
+        return None
+    return (f"{data.source} holds {sizes[0]:,} training and {sizes[1]:,} test images, "
+            f"not the full {full[0]:,} and {full[1]:,}")
+
+
+def _load(name: str, path, allow_download: bool, patterns, reader, downloader, full: bool = False) -> Dataset:
     tried: list[str] = []
     for description, candidates in _locations(path, patterns):
+        short = []
         for candidate in candidates:
             if reader(candidate, probe=True):
-                return reader(candidate, probe=False)
-        tried.append(f"{description}: nothing for {name}")
+                data = reader(candidate, probe=False)
+                why = _short_of_full(name, data) if full else None
+                if why is None:
+                    return data
+                short.append(why)
+        tried.extend(f"{description}: {why}" for why in short)
+        if not short:
+            tried.append(f"{description}: nothing for {name}")
         if description.startswith("path argument"):
             break  # an explicit path is what the caller wants; other sources would surprise
     explicit = path not in (None, "")
@@ -221,6 +241,7 @@ def _load(name: str, path, allow_download: bool, patterns, reader, downloader) -
     raise DataNotFoundError(
         f"No {name} data found. Tried, in order:\n  - "
         + "\n  - ".join(tried)
+        + ("\nfull=True takes only a copy of the whole data set." if full else "")
         + f"\nFix: set {DATA_DIR_ENV} to a folder holding the data (or pass path=...), "
         "or connect to the internet once so Keras can download and cache it, "
         "or use load_dataset(..., synthetic_fallback=True) for a synthetic stand-in."
@@ -309,14 +330,17 @@ def _download_cifar10() -> Dataset:
     return Dataset("cifar10", x_train, y_train, x_test, y_test, CIFAR10_CLASSES, "Keras download")
 
 
-def load_cifar10(path: str | os.PathLike | None = None, *, allow_download: bool = True) -> Dataset:
+def load_cifar10(
+    path: str | os.PathLike | None = None, *, allow_download: bool = True, full: bool = False
+) -> Dataset:
     """Real CIFAR-10 from the first source that has it (see the module docstring).
 
     Reads the official ``cifar-10-python.tar.gz``, its extracted
     ``cifar-10-batches-py/`` folder (any number of images per batch) and
-    Keras-layout ``.npz`` files. Raises `DataError` when nothing is found.
+    Keras-layout ``.npz`` files; with `full`, only a copy of all 60,000 images.
+    Raises `DataError` when nothing is found.
     """
-    return _load("cifar10", path, allow_download, _CIFAR_NAMES, _read_cifar, _download_cifar10)
+    return _load("cifar10", path, allow_download, _CIFAR_NAMES, _read_cifar, _download_cifar10, full)
 
 
 # --------------------------------------------------------------------------- MNIST
@@ -373,9 +397,14 @@ def _download_mnist() -> Dataset:
     )  # fmt: skip
 
 
-def load_mnist(path: str | os.PathLike | None = None, *, allow_download: bool = True) -> Dataset:
-    """Real MNIST, images (N, 28, 28, 1), from the official IDX files or Keras' ``mnist.npz``."""
-    return _load("mnist", path, allow_download, _MNIST_NAMES, _read_mnist, _download_mnist)
+def load_mnist(
+    path: str | os.PathLike | None = None, *, allow_download: bool = True, full: bool = False
+) -> Dataset:
+    """Real MNIST, images (N, 28, 28, 1), from the official IDX files or Keras' ``mnist.npz``.
+
+    With `full`, only a copy of all 70,000 images.
+    """
+    return _load("mnist", path, allow_download, _MNIST_NAMES, _read_mnist, _download_mnist, full)
 
 
 # --------------------------------------------------------------------------- synthetic
@@ -434,20 +463,25 @@ def load_dataset(
     synthetic_fallback: bool = True,
     allow_download: bool = True,
     seed: int = 0,
+    full: bool = False,
 ) -> Dataset:
     """The notebooks' entry point: ``"cifar10"``, ``"mnist"`` or ``"synthetic"``.
 
     With ``synthetic_fallback`` (the default), a real data set that cannot be had
     is replaced by `synthetic_dataset` of the same shape, with a loud warning.
+    With ``full``, only a copy of the whole official data set is taken (never the
+    workshop's subset); the synthetic stand-in keeps its size (`Dataset.subset` grows it).
     """
     if name not in DATASET_NAMES:
         raise ValueError(f"dataset name must be one of {DATASET_NAMES}, got {name!r}.")
+    if not isinstance(full, bool):
+        raise TypeError(f"full must be True (the whole official data set only) or False, got {full!r}.")
     shape = (28, 28, 1) if name == "mnist" else (32, 32, 3)
     if name == "synthetic":
         return synthetic_dataset(image_shape=shape, seed=seed)
     loader = load_cifar10 if name == "cifar10" else load_mnist
     try:
-        return loader(path, allow_download=allow_download)
+        return loader(path, allow_download=allow_download, full=full)
     except DataNotFoundError as err:
         if not synthetic_fallback:
             raise

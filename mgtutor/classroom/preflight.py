@@ -117,7 +117,24 @@ def check_data(allow_synthetic: bool) -> list[Check]:
             checks.append(Check(f"data {name}", False, f"damaged: {err}".splitlines()[0], fix))
         else:
             checks.append(Check(f"data {name}", True, f"real data, from {data.source}"))
+    checks.append(_check_full_cifar10())
     return checks
+
+
+def _check_full_cifar10() -> Check:
+    """The whole CIFAR-10 (`load_dataset(..., full=True)`), for a real accuracy; lessons take a subset."""
+    from mgtutor.data import DataError, load_dataset
+
+    try:
+        data = load_dataset("cifar10", synthetic_fallback=False, allow_download=False, full=True)
+    except DataError as err:
+        found = [line.split(": ", 1)[1] for line in str(err).splitlines() if " holds " in line]
+        detail = f"not here ({found[0]})" if found else "not here"
+        fix = ("python -m mgtutor.classroom.datakit download --to DIR (the official archive); "
+               "set MGTUTOR_DATA_DIR=DIR")
+        return Check("data cifar10, whole", False, detail, fix, warning=True)
+    sizes = f"{len(data.y_train):,} + {len(data.y_test):,} images"
+    return Check("data cifar10, whole", True, f"{sizes}, from {data.source}")
 
 
 def check_ports(ports: Sequence[int]) -> Check:

@@ -126,6 +126,40 @@ def test_sources_in_documented_order(cifar_folder, isolated_sources, tmp_path, m
     assert data.load_cifar10().source == str(cache / "cifar-10-batches-py.tar.gz")  # then cache
 
 
+def test_full_passes_over_a_subset_to_the_whole_data_set(isolated_sources, tmp_path, monkeypatch):
+    # The fixture-sized "official" data set: 5 batches of 7 and a test batch of 7.
+    monkeypatch.setattr(data, "FULL_SIZES", {**data.FULL_SIZES, "cifar10": (5 * PER_BATCH, PER_BATCH)})
+    whole = tmp_path / "cache-src" / "cifar-10-batches-py"
+    _write_batches_folder(whole)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    small = tmp_path / "small" / "cifar-10-batches-py"
+    small.mkdir(parents=True)
+    for name in ("data_batch_1", "test_batch"):  # a workshop's subset: fewer images than the official
+        (small / name).write_bytes(pickle.dumps(_cifar_batch(3, n=3)[0]))
+    _archive(small, shipped / "cifar-10-python.tar.gz")
+    monkeypatch.setenv("MGTUTOR_DATA_DIR", str(shipped))
+
+    assert data.load_cifar10().source == str(shipped / "cifar-10-python.tar.gz")  # the lessons: as before
+    with pytest.raises(data.DataNotFoundError) as caught:
+        data.load_cifar10(full=True)
+    message = str(caught.value)
+    assert "holds 3 training and 3 test images, not the full 35 and 7" in message
+    assert "full=True takes only a copy of the whole data set" in message
+
+    cache = isolated_sources / "datasets"
+    cache.mkdir()
+    _archive(whole, cache / "cifar-10-batches-py.tar.gz")
+    found = data.load_dataset("cifar10", full=True)
+    assert found.source == str(cache / "cifar-10-batches-py.tar.gz") and len(found.y_train) == 5 * PER_BATCH
+    assert data.load_dataset("cifar10").source == str(shipped / "cifar-10-python.tar.gz")
+
+
+def test_full_must_be_a_bool(isolated_sources):
+    with pytest.raises(TypeError, match="full must be True"):
+        data.load_dataset("cifar10", full="yes")
+
+
 def test_nothing_found_lists_what_was_tried(isolated_sources, tmp_path):
     with pytest.raises(data.DataNotFoundError) as caught:
         data.load_cifar10()
@@ -294,6 +328,16 @@ def test_real_mnist_subset(data_dir):
 def test_data_dir_env_prefers_exact_pixels(data_dir, monkeypatch):
     monkeypatch.setenv("MGTUTOR_DATA_DIR", str(data_dir))
     assert data.load_cifar10().source.endswith("cifar-10-python-subset.tar.gz")
+
+
+@pytest.mark.needs_data
+def test_full_takes_the_whole_jpeg_set_from_the_data_dir(data_dir, monkeypatch):
+    monkeypatch.setenv("MGTUTOR_DATA_DIR", str(data_dir))
+    full = data.load_dataset("cifar10", full=True, synthetic_fallback=False, allow_download=False)
+    assert full.source.endswith("cifar10-jpeg-full.npz") and not full.synthetic
+    assert full.x_train.shape == (50000, 32, 32, 3) and full.x_test.shape == (10000, 32, 32, 3)
+    with pytest.raises(data.DataNotFoundError, match="17,435 training and 10,000 test images"):
+        data.load_mnist(full=True, allow_download=False)  # the shipped MNIST: a prefix of the training split
 
 
 # --------------------------------------------------------------------------- preparing

@@ -62,6 +62,7 @@ def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith("FAIL  data cifar10: not found") for line in lines)
+    assert any(line.startswith("WARN  data cifar10, whole: not here") for line in lines)  # capstone only
     assert any(line.startswith("FAIL  ports:") and str(port) in line for line in lines)
     assert "python -m mgtutor.classroom.datakit download --to DIR" in done.stdout
     assert f"lsof -i :{port}" in done.stdout
@@ -89,6 +90,8 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     assert jax_difference <= preflight.PARITY_TOLERANCE
     assert checks["jax"]["ok"] and checks["jax"]["detail"].startswith("jax 0.10")
     assert checks["data cifar10"]["detail"].startswith("real data, from ")
+    whole = checks["data cifar10, whole"]  # ../shared/data: a subset for the lessons, the full set
+    assert whole["ok"] and whole["detail"].startswith("50,000 + 10,000 images, from ")
 
 
 def test_isolation_is_reported_and_only_warns_where_unavailable(monkeypatch, tmp_path):
