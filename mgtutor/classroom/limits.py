@@ -261,31 +261,3 @@ def check_lessons(plan: dict[Path, dict], defaults: dict[Path, dict]) -> dict[Pa
     if refused:
         raise ValueError("\n".join(refused))
     return plan
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m mgtutor.classroom.limits EPOCHS=1 TRAIN_SAMPLES=512``: would `make run` take these?
-
-    Runs nothing.
-    """
-    import argparse
-
-    from mgtutor.classroom.runner import find_notebooks, parse_value, validate_overrides
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("overrides", nargs="*", metavar="NAME=VALUE", help="parameters, e.g. EPOCHS=1")
-    parser.add_argument("--notebooks", default="notebooks", help="folder with NN_topic.ipynb")
-    args = parser.parse_args(argv)
-    try:
-        pairs = [item.split("=", 1) for item in args.overrides]
-        if any(len(pair) != 2 for pair in pairs):
-            raise ValueError(f"give overrides as NAME=VALUE, got {args.overrides}.")
-        notebooks = find_notebooks(args.notebooks)
-        validate_overrides({name: parse_value(value) for name, value in pairs}, notebooks)
-    except (ValueError, FileNotFoundError) as err:
-        parser.exit(2, f"error: {err}\n")
-    print(f"All {len(notebooks)} notebooks accept these parameters; nothing was run.")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,13 +1,12 @@
 """`make run`: every ``NN_topic.ipynb`` executed in order with papermill into ``runs/<timestamp>/``.
 
 Each notebook gets its own kernel; ``index.html`` (for a teacher) and ``summary.json`` are kept up to date.
-Overrides and each lesson's limits (`limits`) are checked before anything runs; a failure stops it.
+Overrides and each lesson's limits (`lessons`, `limits`) are checked before anything runs; a failure stops it.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import shlex
@@ -19,12 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mgtutor._system import machine as _machine
-from mgtutor.classroom.limits import check_lessons
+from mgtutor.classroom.lessons import check_overrides, find_notebooks, notebook_parameters, parse_value
 from mgtutor.classroom.run_page import FAILED, NOT_RUN, OK, RUNNING, duration, index_html
 from mgtutor.files import atomic_write
 from mgtutor.records import MIME_TYPE, read_records
 
-NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
 PROGRESS_LINE_SECONDS = 2.0
 # Each kernel: none of its own log lines on the runner's terminal ("Kernel is running over TCP
@@ -39,71 +37,6 @@ KERNEL_ARGUMENTS = (
 # collective (TensorFlow's all-reduce can hang on logical CPU devices) must not hang a class forever.
 # Generous: the longest cell at defaults takes minutes, not an hour.
 CELL_TIMEOUT_SECONDS = 3600
-
-
-def find_notebooks(folder: str | os.PathLike) -> list[Path]:
-    """The series' notebooks in order (``00_environment.ipynb``, ``01_...``)."""
-    found = sorted(Path(folder).glob(NOTEBOOK_GLOB))
-    if not found:
-        raise FileNotFoundError(f"no notebooks matching {NOTEBOOK_GLOB} in {folder}; pass --notebooks.")
-    return found
-
-
-def notebook_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
-    """The defaults in a notebook's ``parameters`` cell, as Python values."""
-    import nbformat
-
-    nb = nbformat.read(notebook, as_version=4)
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if len(cells) != 1:
-        raise ValueError(f"{notebook} must have exactly one cell tagged 'parameters', has {len(cells)}.")
-    values: dict[str, Any] = {}
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                values[target.id] = ast.literal_eval(node.value)
-    return values
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value as a Python literal (``5``, ``0.1``, ``None``), else a string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def _same_kind(default: Any, value: Any) -> bool:
-    if default is None or value is None:
-        return True
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, int | float)
-    return isinstance(value, type(default))
-
-
-def _check_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> dict[Path, dict]:
-    known = {name for params in defaults.values() for name in params}
-    for name, value in overrides.items():
-        if name not in known:
-            raise ValueError(
-                f"parameter {name!r} is not in any notebook's parameters cell; known: {sorted(known)}."
-            )
-        for nb, params in defaults.items():
-            if name in params and not _same_kind(params[name], value):
-                raise ValueError(
-                    f"parameter {name}={value!r} does not fit {nb.name}, whose default is "
-                    f"{params[name]!r} ({type(params[name]).__name__}); pass a value of that type."
-                )
-    plan = {nb: {k: v for k, v in overrides.items() if k in params} for nb, params in defaults.items()}
-    return check_lessons(plan, defaults)  # each lesson's own limits, the ones its first cell checks
-
-
-def validate_overrides(overrides: dict[str, Any], notebooks: Sequence[Path]) -> dict[Path, dict]:
-    """Per notebook, the overrides it takes; raises ValueError before any run on a bad one."""
-    return _check_overrides(overrides, {nb: notebook_parameters(nb) for nb in notebooks})
 
 
 def _without_records(nb: Any) -> Any:
@@ -200,7 +133,7 @@ def run_series(
         if not notebooks:
             raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
     defaults = {nb: notebook_parameters(nb) for nb in notebooks}
-    plan = _check_overrides(overrides or {}, defaults)
+    plan = check_overrides(overrides or {}, defaults)
     run_dir = _new_run_dir(Path(runs_dir))
     report: dict[str, Any] = {
         "started": datetime.now().isoformat(timespec="seconds"),

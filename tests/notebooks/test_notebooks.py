@@ -26,7 +26,7 @@ from pathlib import Path
 import papermill
 import pytest
 
-from mgtutor.classroom.runner import find_notebooks, notebook_parameters
+from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
 from mgtutor.records import read_records
 from mgtutor.training.netns import availability
 from tests.conftest import ROOT

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from mgtutor.classroom.runner import find_notebooks, notebook_parameters
+from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
 from tests.conftest import ROOT
 
 NOTEBOOKS = find_notebooks(ROOT / "notebooks") + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))

@@ -6,9 +6,8 @@ import itertools
 
 import pytest
 
+from mgtutor.classroom.lessons import find_notebooks, notebook_parameters, validate_overrides
 from mgtutor.classroom.limits import lesson_plan
-from mgtutor.classroom.limits import main as limits_main
-from mgtutor.classroom.runner import find_notebooks, notebook_parameters, validate_overrides
 from mgtutor.classroom.runner import main as series_main
 from tests.conftest import ROOT
 
@@ -107,14 +106,3 @@ def test_the_runner_checks_every_lesson_before_the_first_starts(tmp_path, capsys
                      "-p", "N_DEVICES", "1"])  # fmt: skip
     assert stopped.value.code == 2 and "N_DEVICES must be a whole number >= 2" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
-
-
-def test_the_check_alone_runs_nothing(capsys):
-    with pytest.raises(SystemExit) as stopped:
-        limits_main(["--notebooks", str(ROOT / "notebooks"), "N_DEVICES=1"])
-    assert stopped.value.code == 2 and "04_multi_gpu_wrapping cannot run" in capsys.readouterr().err
-    limits_main(["--notebooks", str(ROOT / "notebooks"), "EPOCHS=1", "TRAIN_SAMPLES=512"])
-    assert f"All {len(NOTEBOOKS)} notebooks accept these parameters" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        limits_main(["--notebooks", str(ROOT / "notebooks"), "EPOCHS"])
-    assert "NAME=VALUE" in capsys.readouterr().err

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
+from mgtutor.classroom.lessons import find_notebooks
 from mgtutor.classroom.run_tables import TARGETS, block, main, parse_table, replace_block
-from mgtutor.classroom.runner import find_notebooks
 from tests.conftest import ROOT
 from tests.notebooks.test_notebooks import CHANCE, TINY_GAP
 

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from mgtutor.classroom import run_page, runner
+from mgtutor.classroom import lessons, run_page, runner
 from mgtutor.records import MIME_TYPE
 from tests.conftest import ROOT
 
@@ -204,9 +204,7 @@ def test_a_hung_cell_is_stopped_at_the_cell_timeout_and_reported(tiny_series, tm
     assert "3 seconds" in summary["notebooks"][1]["error"], summary["notebooks"][1]["error"]
 
 
-def test_command_line_parses_values():
-    assert runner.parse_value("5") == 5 and runner.parse_value("0.1") == 0.1
-    assert runner.parse_value("None") is None and runner.parse_value("cifar10") == "cifar10"
+def test_command_line_without_notebooks_stops():
     with pytest.raises(SystemExit) as stopped:
         runner.main(["--notebooks", "/nonexistent"])
     assert stopped.value.code == 2
@@ -307,7 +305,7 @@ def test_make_run_runs_a_tensorflow_lesson_then_a_jax_lesson(tmp_path):
 def test_make_lab_opens_the_notebooks_with_the_python3_kernel():
     """`make lab` starts Jupyter from the venv; "python3" is the kernel Jupyter runs with its own Python."""
     kernels = {nb.name: json.loads(nb.read_text())["metadata"]["kernelspec"]["name"] for nb in
-               runner.find_notebooks(ROOT / "notebooks")}  # fmt: skip
+               lessons.find_notebooks(ROOT / "notebooks")}  # fmt: skip
     assert set(kernels.values()) == {"python3"}, kernels
     lab = _make("-n", "lab", "PORT=8899")
     assert lab.returncode == 0, lab.stderr
