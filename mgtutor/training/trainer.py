@@ -133,6 +133,33 @@ class Trainer:
     def num_workers(self) -> int:
         return num_workers(self.strategy)
 
+    def rows_fed(
+        self, num_examples: int, batch_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True
+    ) -> list[list[int]]:
+        """The rows of x this worker's replicas train on at each step of `epoch`, fed as `fit` feeds them.
+
+        One list per full global batch of `batch_size` (the rest of the epoch is not trained):
+        the row indices of this worker's replicas' slices, in replica order. Under a
+        multi-worker strategy every worker makes the call.
+        """
+        num_examples = check_whole("num_examples", num_examples, 1)
+        batch_size = check_whole("batch_size", batch_size, 1)
+        epoch = check_whole("epoch", epoch, 0)
+        seed = check_whole("seed", seed, 0)
+        check_batch_divisible(batch_size, self.num_replicas)
+        steps = num_examples // batch_size
+        if steps == 0:
+            raise ValueError(
+                f"batch_size={batch_size} is larger than num_examples={num_examples}: no full batch to feed."
+            )
+        batches = epoch_batches(num_examples, batch_size, steps, seed, shuffle, epoch, epoch + 1)
+        rows = (np.arange(num_examples, dtype=np.int64),)
+        fed = []
+        for (step_rows,) in distributed(self.strategy, batches, rows, batch_size):
+            local = self.strategy.experimental_local_results(step_rows)
+            fed.append([int(row) for part in local for row in np.asarray(part).ravel()])
+        return fed
+
     # -- building blocks
 
     def _build_metrics(self, x: np.ndarray, y: np.ndarray) -> None:
