@@ -457,6 +457,41 @@ def _(records: dict, p: dict) -> None:
     # Both jobs ran in a private network namespace exactly where this machine can make one.
     can, why = availability()
     assert records["isolated"] is records["isolated_restart"] is can, why
+    shard_reads(records, p["N_WORKERS"])
+
+
+def shard_reads(records: dict, workers: int) -> None:
+    """Section 6: what each worker read of the ids 0..n-1 under each policy, and as Trainer feeds it."""
+    ids = records["shard_ids"]
+    n, batch, files = ids["n"], ids["global_batch"], ids["files"]
+    assert n % batch != 0, "a short last batch"
+    assert sorted(sum(files, [])) == list(range(n)) and len(files) == 2 * workers
+    reads, counts = records["shard_reads"], records["shard_counts"]
+    per_replica = batch // workers
+
+    def ids_of(policy: str, worker: int) -> list[int]:
+        return [i for step in reads[policy][worker] for i in step]
+
+    # DATA: every global batch split in order across the workers, the short last one too; each id once.
+    steps = -(-n // batch)
+    for step in range(steps):
+        together = [i for worker in range(workers) for i in reads["DATA"][worker][step]]
+        assert together == list(range(step * batch, min(n, (step + 1) * batch)))
+    assert all(len(reads["DATA"][w][0]) == per_replica for w in range(workers))
+    assert counts["DATA"] == {"steps": steps, "extra_reads": 0, "never_read": 0}
+    # FILE: worker w reads files w, w + workers, ... whole, and nothing else; each id once.
+    for worker in range(workers):
+        assert sorted(ids_of("FILE", worker)) == sorted(sum(files[worker::workers], []))
+    assert counts["FILE"]["extra_reads"] == counts["FILE"]["never_read"] == 0
+    # OFF: every worker reads every id, so each is trained `workers` times, in n / per-replica steps.
+    for worker in range(workers):
+        assert ids_of("OFF", worker) == list(range(n))
+    assert counts["OFF"] == {"steps": -(-n // per_replica), "extra_reads": (workers - 1) * n, "never_read": 0}
+    # AUTO: FILE where the source is a list of files, else DATA.
+    assert reads["AUTO, from memory"] == reads["DATA"] and reads["AUTO, from files"] == reads["FILE"]
+    # Trainer: DATA's full global batches; the short last batch is not trained.
+    assert reads["Trainer (mgtutor)"] == [reads["DATA"][w][: n // batch] for w in range(workers)]
+    assert counts["Trainer (mgtutor)"] == {"steps": n // batch, "extra_reads": 0, "never_read": n % batch}
 
 
 SEED_CNN_ACTIVATIONS_PER_IMAGE = (  # floats each layer of the dropout-free seed CNN outputs, per image
