@@ -24,7 +24,7 @@ from mgtutor.progress import EpochSummaries
 from mgtutor.training import checkpoints
 from mgtutor.training.accumulation import accumulating_updates, gradient_sums, group_sizes
 from mgtutor.training.checkpoints import StrategyCheckpointer as Checkpointer
-from mgtutor.training.feeding import distributed, epoch_batches, padded_rows
+from mgtutor.training.feeding import distributed, epoch_batches, fed_rows, padded_rows
 from mgtutor.training.losses import make_metric, per_example_loss
 from mgtutor.training.plan import FitPlan, check_arrays, plan_fit
 from mgtutor.training.worker import is_chief, num_workers
@@ -136,29 +136,9 @@ class Trainer:
     def rows_fed(
         self, num_examples: int, batch_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True
     ) -> list[list[int]]:
-        """The rows of x this worker's replicas train on at each step of `epoch`, fed as `fit` feeds them.
-
-        One list per full global batch of `batch_size` (the rest of the epoch is not trained):
-        the row indices of this worker's replicas' slices, in replica order. Under a
-        multi-worker strategy every worker makes the call.
-        """
-        num_examples = check_whole("num_examples", num_examples, 1)
-        batch_size = check_whole("batch_size", batch_size, 1)
-        epoch = check_whole("epoch", epoch, 0)
-        seed = check_whole("seed", seed, 0)
-        check_batch_divisible(batch_size, self.num_replicas)
-        steps = num_examples // batch_size
-        if steps == 0:
-            raise ValueError(
-                f"batch_size={batch_size} is larger than num_examples={num_examples}: no full batch to feed."
-            )
-        batches = epoch_batches(num_examples, batch_size, steps, seed, shuffle, epoch, epoch + 1)
-        rows = (np.arange(num_examples, dtype=np.int64),)
-        fed = []
-        for (step_rows,) in distributed(self.strategy, batches, rows, batch_size):
-            local = self.strategy.experimental_local_results(step_rows)
-            fed.append([int(row) for part in local for row in np.asarray(part).ravel()])
-        return fed
+        """The rows of x this worker's replicas train on at each full global batch of `epoch`, as `fit`
+        feeds them (`mgtutor.training.feeding.fed_rows`). Every worker of a job makes the call."""
+        return fed_rows(self.strategy, num_examples, batch_size, epoch=epoch, seed=seed, shuffle=shuffle)
 
     # -- building blocks
 

@@ -765,6 +765,15 @@ def _(records: dict, p: dict) -> None:
     steps = p["EPOCHS"] * (p["TRAIN_SAMPLES"] // (2 * p["BATCH_SIZE_PER_REPLICA"]))
     assert every["1"]["lost_at_crash"] == 0 and every["100"]["lost_at_crash"] == (steps - 1) % 100
     assert all(run["seconds"] > 0 for run in every.values())
+    # Exercise 4: FILE on 3 workers deals the files out in turn, whole; the workers step together, and
+    # one whose files are used up gets empty batches.
+    files, reads = records["file_three_workers"]["files"], records["file_three_workers"]["reads"]
+    assert len(files) % 3 != 0 and sorted(sum(files, [])) == list(range(len(sum(files, []))))
+    for worker, steps in enumerate(reads):
+        assert sorted(i for step in steps for i in step) == sorted(sum(files[worker::3], []))
+        assert len(steps) == len(reads[0]) and all(len(step) <= 2 for step in steps)
+    assert len({sum(map(len, steps)) for steps in reads}) > 1, "uneven shares"
+    assert any(step == [] for steps in reads for step in steps)
 
 
 @checks("12_keras_on_jax_solutions")

@@ -238,7 +238,7 @@ def test_rows_fed_are_the_rows_fit_trains_on():
         trainer.fit(x[picked], y[picked], batch_size=8, shuffle=False, verbose=0)
     assert max_weight_difference(shuffled, in_order) <= WEIGHT_TOLERANCE
     assert trainer.rows_fed(10, 4, shuffle=False) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    with pytest.raises(ValueError, match="batch_size=16 is larger than num_examples=10"):
+    with pytest.raises(ValueError, match="batch_size=16 exceeds num_examples=10: no full batch"):
         trainer.rows_fed(10, 16)
     with pytest.raises(ValueError, match="epoch must be a whole number >= 0"):
         trainer.rows_fed(10, 4, epoch=-1)
