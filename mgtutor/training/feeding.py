@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from mgtutor._checks import check_whole
+from mgtutor.data_parallel import check_batch_divisible
+
 
 def epoch_rows(n: int, seed: int, epoch: Any, shuffle: bool = True) -> Any:
     """The rows 0..n-1 as a dataset, in epoch `epoch`'s order for `seed`."""
@@ -51,6 +54,29 @@ def distributed(strategy: Any, batches: Any, arrays: tuple, global_batch: int) -
         return gathered.prefetch(tf.data.AUTOTUNE)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def fed_rows(
+    strategy: Any, num_examples: int, batch_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True
+) -> list[list[int]]:
+    """Row indices this worker's replicas get at each full global batch of `epoch`, in replica order.
+
+    The Trainer's own feed (`epoch_batches` through `distributed`) over `num_examples` rows; the
+    rows after the last full batch are not fed.
+    """
+    num_examples = check_whole("num_examples", num_examples, 1)
+    batch_size = check_whole("batch_size", batch_size, 1)
+    epoch, seed = check_whole("epoch", epoch, 0), check_whole("seed", seed, 0)
+    check_batch_divisible(batch_size, strategy.num_replicas_in_sync)
+    steps = num_examples // batch_size
+    if steps == 0:
+        raise ValueError(f"batch_size={batch_size} exceeds num_examples={num_examples}: no full batch.")
+    batches = epoch_batches(num_examples, batch_size, steps, seed, shuffle, epoch, epoch + 1)
+    fed = []
+    for (rows,) in distributed(strategy, batches, (np.arange(num_examples, dtype=np.int64),), batch_size):
+        local = strategy.experimental_local_results(rows)  # this worker's replicas, in order
+        fed.append([int(row) for part in local for row in np.asarray(part)])
+    return fed
 
 
 def padded_rows(n: int, batch: int) -> tuple[np.ndarray, np.ndarray]:

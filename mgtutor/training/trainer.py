@@ -24,7 +24,7 @@ from mgtutor.progress import EpochSummaries
 from mgtutor.training import checkpoints
 from mgtutor.training.accumulation import accumulating_updates, gradient_sums, group_sizes
 from mgtutor.training.checkpoints import StrategyCheckpointer as Checkpointer
-from mgtutor.training.feeding import distributed, epoch_batches, padded_rows
+from mgtutor.training.feeding import distributed, epoch_batches, fed_rows, padded_rows
 from mgtutor.training.losses import make_metric, per_example_loss
 from mgtutor.training.plan import FitPlan, check_arrays, plan_fit
 from mgtutor.training.worker import is_chief, num_workers
@@ -132,6 +132,13 @@ class Trainer:
     @property
     def num_workers(self) -> int:
         return num_workers(self.strategy)
+
+    def rows_fed(
+        self, num_examples: int, batch_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True
+    ) -> list[list[int]]:
+        """The rows of x this worker's replicas train on at each full global batch of `epoch`, as `fit`
+        feeds them (`mgtutor.training.feeding.fed_rows`). Every worker of a job makes the call."""
+        return fed_rows(self.strategy, num_examples, batch_size, epoch=epoch, seed=seed, shuffle=shuffle)
 
     # -- building blocks
 

@@ -492,6 +492,41 @@ def _(records: dict, p: dict) -> None:
     # Both jobs ran in a private network namespace exactly where this machine can make one.
     can, why = availability()
     assert records["isolated"] is records["isolated_restart"] is can, why
+    shard_reads(records, p["N_WORKERS"])
+
+
+def shard_reads(records: dict, workers: int) -> None:
+    """Section 6: what each worker read of the ids 0..n-1 under each policy, and as Trainer feeds it."""
+    ids = records["shard_ids"]
+    n, batch, files = ids["n"], ids["global_batch"], ids["files"]
+    assert n % batch != 0, "a short last batch"
+    assert sorted(sum(files, [])) == list(range(n)) and len(files) == 2 * workers
+    reads, counts = records["shard_reads"], records["shard_counts"]
+    per_replica = batch // workers
+
+    def ids_of(policy: str, worker: int) -> list[int]:
+        return [i for step in reads[policy][worker] for i in step]
+
+    # DATA: every global batch split in order across the workers, the short last one too; each id once.
+    steps = -(-n // batch)
+    for step in range(steps):
+        together = [i for worker in range(workers) for i in reads["DATA"][worker][step]]
+        assert together == list(range(step * batch, min(n, (step + 1) * batch)))
+    assert all(len(reads["DATA"][w][0]) == per_replica for w in range(workers))
+    assert counts["DATA"] == {"steps": steps, "extra_reads": 0, "never_read": 0}
+    # FILE: worker w reads files w, w + workers, ... whole, and nothing else; each id once.
+    for worker in range(workers):
+        assert sorted(ids_of("FILE", worker)) == sorted(sum(files[worker::workers], []))
+    assert counts["FILE"]["extra_reads"] == counts["FILE"]["never_read"] == 0
+    # OFF: every worker reads every id, so each is trained `workers` times, in n / per-replica steps.
+    for worker in range(workers):
+        assert ids_of("OFF", worker) == list(range(n))
+    assert counts["OFF"] == {"steps": -(-n // per_replica), "extra_reads": (workers - 1) * n, "never_read": 0}
+    # AUTO: FILE where the source is a list of files, else DATA.
+    assert reads["AUTO, from memory"] == reads["DATA"] and reads["AUTO, from files"] == reads["FILE"]
+    # Trainer: DATA's full global batches; the short last batch is not trained.
+    assert reads["Trainer (mgtutor)"] == [reads["DATA"][w][: n // batch] for w in range(workers)]
+    assert counts["Trainer (mgtutor)"] == {"steps": n // batch, "extra_reads": 0, "never_read": n % batch}
 
 
 SEED_CNN_ACTIVATIONS_PER_IMAGE = (  # floats each layer of the dropout-free seed CNN outputs, per image
@@ -765,6 +800,15 @@ def _(records: dict, p: dict) -> None:
     steps = p["EPOCHS"] * (p["TRAIN_SAMPLES"] // (2 * p["BATCH_SIZE_PER_REPLICA"]))
     assert every["1"]["lost_at_crash"] == 0 and every["100"]["lost_at_crash"] == (steps - 1) % 100
     assert all(run["seconds"] > 0 for run in every.values())
+    # Exercise 4: FILE on 3 workers deals the files out in turn, whole; the workers step together, and
+    # one whose files are used up gets empty batches.
+    files, reads = records["file_three_workers"]["files"], records["file_three_workers"]["reads"]
+    assert len(files) % 3 != 0 and sorted(sum(files, [])) == list(range(len(sum(files, []))))
+    for worker, steps in enumerate(reads):
+        assert sorted(i for step in steps for i in step) == sorted(sum(files[worker::3], []))
+        assert len(steps) == len(reads[0]) and all(len(step) <= 2 for step in steps)
+    assert len({sum(map(len, steps)) for steps in reads}) > 1, "uneven shares"
+    assert any(step == [] for steps in reads for step in steps)
 
 
 @checks("12_keras_on_jax_solutions")

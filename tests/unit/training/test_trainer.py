@@ -221,6 +221,29 @@ def test_callbacks_progress_bar_and_tensorboard(tmp_path, capsys):
         assert expected <= tags, (folder, tags)
 
 
+def test_rows_fed_are_the_rows_fit_trains_on():
+    x, y = _data(42, 8)  # 42 = 5 full batches of 8 and 2 rows no step trains
+    shuffled, in_order = _model(), _model()
+    Trainer(shuffled, keras.optimizers.SGD(0.1), "categorical_crossentropy").fit(
+        x, y, batch_size=8, epochs=2, seed=3, verbose=0
+    )
+    trainer = Trainer(in_order, keras.optimizers.SGD(0.1), "categorical_crossentropy")
+    rows = trainer.rows_fed(42, 8, epoch=1, seed=3)
+    assert [len(step) for step in rows] == [8] * 5 and len(set(sum(rows, []))) == 40
+    assert rows != trainer.rows_fed(42, 8, epoch=0, seed=3)
+    # The same start trained unshuffled on epoch 0's rows, then epoch 1's, in rows_fed's order: SGD
+    # keeps no state between the two calls, so the weights must be fit's.
+    for epoch in (0, 1):
+        picked = np.concatenate(trainer.rows_fed(42, 8, epoch=epoch, seed=3))
+        trainer.fit(x[picked], y[picked], batch_size=8, shuffle=False, verbose=0)
+    assert max_weight_difference(shuffled, in_order) <= WEIGHT_TOLERANCE
+    assert trainer.rows_fed(10, 4, shuffle=False) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(ValueError, match="batch_size=16 exceeds num_examples=10: no full batch"):
+        trainer.rows_fed(10, 16)
+    with pytest.raises(ValueError, match="epoch must be a whole number >= 0"):
+        trainer.rows_fed(10, 4, epoch=-1)
+
+
 def test_bad_arguments_are_refused_with_the_fix():
     x, y = _data(32, 6)
     model = _model()
