@@ -35,7 +35,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run test test-all check lab lint clean reset wheelhouse
+.PHONY: setup run capstone test test-all check lab lint clean reset wheelhouse
 
 setup: $(STAMP)
 
@@ -58,6 +58,13 @@ run: setup
 	$(if $(NOT_PARAMETERS),$(warning make run: ignoring $(NOT_PARAMETERS): notebook parameters are ALL_CAPS))
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
 		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
+
+# The capstone alone (13), its whole recipe on all of CIFAR-10, into its own run folder under RUNS.
+# `make run` gives it a classroom budget instead (the runner's SERIES_DEFAULTS); MINUTES=... sets one.
+capstone: setup
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
+		--runs $(call _shell_quote,$(RUNS)) --only 13 $(RUN_ARGS) $(PARAMETER_ARGS) \
+		$(if $(filter MINUTES,$(PARAMETERS)),,-p MINUTES None)
 
 # Preflight for a classroom laptop: versions, a 2-device smoke step, data, ports, disk, memory.
 # Exits non-zero on any FAIL line. CHECK_ARGS="--allow-synthetic" or "--ports 12345 12346".

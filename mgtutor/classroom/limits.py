@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import is_whole
+from mgtutor._checks import is_real, is_whole
 
 Plan = dict[str, Any]
 _RULES: dict[str, Callable[[Mapping[str, Any], list[str]], Plan]] = {}
@@ -231,6 +231,36 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
             "Use None for the checkpoint nearest half-way."
         )
     return {"total_steps": total, "checkpoint_every_steps": every, "kill_after_step": kill}
+
+
+def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, problems: list[str]) -> None:
+    """Append a problem unless p[name] is a number in [low, high) (no upper end when `high` is None)."""
+    value = p.get(name)
+    if name in p and not (is_real(value) and low <= value and (high is None or value < high)):
+        upper = "" if high is None else f" and < {high}"
+        problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
+
+
+@_lesson("13_capstone")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
+    _whole(p, "EPOCHS", 1, "a count", problems)
+    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES"):
+        if p.get(name) is not None:
+            _whole(p, name, 1, "a count, or None for the whole split", problems)
+    batch = _whole(p, "BATCH_SIZE", 1, "the global batch", problems)
+    if batch and devices and p["BATCH_SIZE"] % p["N_DEVICES"]:
+        problems.append(f"BATCH_SIZE={p['BATCH_SIZE']} must split evenly over N_DEVICES={p['N_DEVICES']}: "
+                        "use a multiple of N_DEVICES.")  # fmt: skip
+    for name, meaning in (("MINUTES", "minutes, or None for every image every epoch"),
+                          ("PEAK_LEARNING_RATE", "the learning rate at a global batch of 256")):  # fmt: skip
+        value = p.get(name)
+        if (name == "PEAK_LEARNING_RATE" or value is not None) and not (is_real(value) and value > 0):
+            problems.append(f"{name} must be a number > 0 ({meaning}), got {value!r}.")
+    _within(p, "WARMUP_FRACTION", 0.0, 1.0, problems)
+    _within(p, "LABEL_SMOOTHING", 0.0, 1.0, problems)
+    _within(p, "WEIGHT_DECAY", 0.0, None, problems)
+    return {}
 
 
 def lesson_plan(lesson: str, parameters: Mapping[str, Any]) -> Plan:

@@ -33,6 +33,10 @@ KERNEL_ARGUMENTS = (
     "--IPKernelApp.log_level=CRITICAL",
     "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
 )
+# What the series runs with unless told otherwise, for the lessons that have the parameter: the
+# capstone (13) trains its whole recipe by default, about 20 minutes; in the series it gets a
+# classroom budget of minutes (`make run MINUTES=None` trains it whole; `make capstone` does).
+SERIES_DEFAULTS = {"MINUTES": 2}
 # A cell still running after this long is stopped and the lesson reported failed: a deadlocked
 # collective (TensorFlow's all-reduce can hang on logical CPU devices) must not hang a class forever.
 # Generous: the longest cell at defaults takes minutes, not an hour.
@@ -111,6 +115,13 @@ def _new_run_dir(runs_dir: Path) -> Path:
     raise FileExistsError(f"cannot create a new run folder for {stamp} in {runs_dir}.")
 
 
+def series_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> dict[str, Any]:
+    """`overrides`, with `SERIES_DEFAULTS` first for the names some notebook has and `overrides` lacks."""
+    kept = {name: value for name, value in SERIES_DEFAULTS.items()
+            if any(name in params for params in defaults.values())}  # fmt: skip
+    return {**kept, **overrides}
+
+
 def run_series(
     notebooks_dir: str | os.PathLike,
     runs_dir: str | os.PathLike,
@@ -133,7 +144,7 @@ def run_series(
         if not notebooks:
             raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
     defaults = {nb: notebook_parameters(nb) for nb in notebooks}
-    plan = check_overrides(overrides or {}, defaults)
+    plan = check_overrides(series_overrides(overrides or {}, defaults), defaults)
     run_dir = _new_run_dir(Path(runs_dir))
     report: dict[str, Any] = {
         "started": datetime.now().isoformat(timespec="seconds"),

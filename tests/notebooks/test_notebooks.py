@@ -79,6 +79,9 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "11_where_time_goes_solutions": {"N_DEVICES": 4, "TRAIN_SAMPLES": 512},
     # As lesson 02's tiny run (global batch 2 x 16 = 32), so that both backends measurably learn.
     "12_keras_on_jax": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
+    # 2 epochs on 2 devices in a budget of 6 s of training (at most 1,024 images each), 256 test images.
+    "13_capstone": {"TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 2, "BATCH_SIZE": 64,
+                    "MINUTES": 0.1},
     # Solutions: 1 step and 3 steps show the growth; 2 steps of 4 and of 16 images per replica.
     "04_multi_gpu_wrapping_solutions": {"PARITY_STEPS": 3},
     "05_batchnorm_and_replica_state_solutions": {"PARITY_STEPS": 2},
@@ -465,6 +468,35 @@ def _(records: dict, p: dict) -> None:
     every_round = final[f"average every {min(p['FREQUENCIES'])}"]
     assert abs(every_round - final["all-reduce (MirroredStrategy)"]) < 0.02  # the same algorithm
     assert all(seconds > 0 for seconds in records["seconds"].values())
+
+
+@checks("13_capstone")
+def _(records: dict, p: dict) -> None:
+    data = records["data"]
+    assert data["train"] == p["TRAIN_SAMPLES"] and data["test"] == p["TEST_SAMPLES"]
+    if records["synthetic"]:
+        assert data["copy"].startswith("the SYNTHETIC stand-in")
+    else:  # ../shared/data holds the whole set only as the JPEG-once copy
+        assert data["copy"].startswith("a JPEG-once copy")
+    assert records["parameters"] == 585_578  # four blocks of two convolutions, 32-64-128-128 channels
+    budget = records["budget"]
+    assert budget["minutes"] == p["MINUTES"] and budget["images_per_second"] > 0
+    assert p["BATCH_SIZE"] <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
+    schedule = records["schedule"]
+    assert schedule["total_steps"] == p["EPOCHS"] * -(-budget["images_per_epoch"] // p["BATCH_SIZE"])
+    assert schedule["peak"] == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
+    rates = schedule["rates"]  # steps 0, half the warm-up, the warm-up's end, half-way down, the last
+    assert rates[0] == rates[-1] == 0.0 and rates[2] == pytest.approx(schedule["peak"])
+    assert rates[1] == pytest.approx(schedule["peak"] / 2, rel=0.5) and 0 < rates[3] < rates[2]
+    curve = records["curve"]
+    assert [point["epoch"] for point in curve] == list(range(1, p["EPOCHS"] + 1))
+    assert all(0 < a["minutes"] < b["minutes"] for a, b in zip(curve, curve[1:], strict=False))
+    accuracy = records["accuracy"]
+    assert accuracy["reloaded"] == accuracy["live"]  # the saved model scores what the live one did
+    # fit's own evaluation, in its graph, against the cell's eager pass: an argmax may flip at a near-tie.
+    assert abs(accuracy["fit"] - accuracy["live"]) <= 2 / p["TEST_SAMPLES"]
+    assert 0.0 <= accuracy["flips"] <= 1.0 and accuracy["fit"] == curve[-1]["accuracy"]
+    learnt({**accuracy, "synthetic": records["synthetic"]}, "live")
 
 
 def _quick_09(records: dict) -> None:

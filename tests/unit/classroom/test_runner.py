@@ -252,6 +252,24 @@ def test_make_run_turns_command_line_variables_into_parameters():
     assert "ignoring lower: notebook parameters are ALL_CAPS" in result.stderr
 
 
+def test_the_series_budgets_the_capstone_unless_told_otherwise():
+    lessons_found = {nb: lessons.notebook_parameters(nb) for nb in lessons.find_notebooks(ROOT / "notebooks")}
+    assert runner.series_overrides({"EPOCHS": 1}, lessons_found) == {"MINUTES": 2, "EPOCHS": 1}
+    assert runner.series_overrides({"MINUTES": None}, lessons_found) == {"MINUTES": None}  # trains it whole
+    without = {nb: params for nb, params in lessons_found.items() if "MINUTES" not in params}
+    assert runner.series_overrides({}, without) == {}  # a series without the capstone is not refused
+    plan = lessons.check_overrides(runner.series_overrides({}, lessons_found), lessons_found)
+    assert {nb.stem: p for nb, p in plan.items() if p} == {"13_capstone": {"MINUTES": 2}}
+
+
+def test_make_capstone_runs_it_whole_unless_given_a_budget():
+    alone = _make("-n", "capstone", "EPOCHS=8")
+    assert alone.returncode == 0, alone.stderr
+    assert _runner_parameters(alone.stdout) == {"EPOCHS": "8", "MINUTES": "None"}
+    assert "--only 13" in alone.stdout
+    assert _runner_parameters(_make("-n", "capstone", "MINUTES=5").stdout) == {"MINUTES": "5"}
+
+
 @pytest.mark.slow
 def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     name = "a b 'c' \"d\""
