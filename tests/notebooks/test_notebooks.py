@@ -672,6 +672,11 @@ def _(records: dict, p: dict) -> None:
     assert dropout["with"] > 1e-4 > 1e-6 > dropout["without"]  # other masks: other gradients
     assert records["split_3111_of_96"] == [48, 16, 16, 16]
     assert records["uneven_forward_difference"] < 1e-6
+    # fit scales the L2 penalty itself: its step equals one device's, to rounding far below what the
+    # unscaled penalty would add (lr x (N - 1) x 2 L2 w).
+    decay = records["fit_weight_decay"]
+    assert decay["moved"] > 1e-3 and decay["difference"] < 1e-5
+    assert decay["unscaled_extra"] > 100 * decay["difference"]
 
 
 @checks("05_batchnorm_and_replica_state_solutions")
