@@ -321,6 +321,32 @@ def _(records: dict, p: dict) -> None:
     assert abs(records["uneven_first_share"] - 2 / sum(shares)) <= 1 / global_batch
     assert records["uneven_forward_difference"] < 1e-6
     assert records["reloaded_difference"] == 0.0
+    # Section 7, against one device with the same weights. The hard case: a last batch that is partial
+    # and splits unevenly over the replicas, split as evenly as it goes.
+    n, n_eval = p["N_DEVICES"], records["eval_images"]
+    last = n_eval % global_batch
+    assert last % n != 0 and n_eval in (p["TEST_SAMPLES"], p["TEST_SAMPLES"] - 1)
+    split = records["metric_last_split"]
+    assert len(split) == n and sum(split) == last and max(split) - min(split) == 1
+    # evaluate: the loss is the mean over every image (float32 rounding of a mean of ~2), the
+    # accuracy the same count of hits; predict: every row, in order.
+    assert records["eval_loss_difference"] < 1e-5 and records["eval_loss_vs_numpy"] < 1e-5
+    assert records["eval_accuracies"][0] == records["eval_accuracies"][1]
+    assert records["predict_rows"] == n_eval and records["predict_difference"] < 1e-5
+    # A metric over the replicas: integer counts, so exactly the one-device count.
+    counts = records["correct_counts"]
+    assert counts["reduced"] == counts["one_device"]
+    assert records["metric_accuracy"] == pytest.approx(counts["one_device"] / n_eval, abs=1e-6)
+    assert records["eval_accuracies"][1] == pytest.approx(counts["one_device"] / n_eval, abs=1e-6)
+    per_replica = records["metric_per_replica_counts"]  # each replica's own counter, summed when read
+    assert len(per_replica) == n and sum(per_replica) == n_eval
+    # Weight decay: scaled, the one-device gradient (relative, float32 rounding through a synchronized
+    # BatchNorm: 2e-6 at tiny sizes, 9.5e-6 at the defaults); unscaled, N - 1 extra copies of the
+    # penalty's gradient; plain BatchNorm differs in the data gradient itself (0.08-0.14 measured).
+    decay = records["decay_gradient_errors"]
+    assert decay["scaled"] < 1e-4
+    assert decay["unscaled_excess"] == pytest.approx(n - 1, rel=1e-3)
+    assert decay["plain_bn"] > 1e-3
 
 
 @checks("05_batchnorm_and_replica_state")
@@ -748,6 +774,11 @@ def _(records: dict, p: dict) -> None:
     assert dropout["with"] > 1e-4 > 1e-6 > dropout["without"]  # other masks: other gradients
     assert records["split_3111_of_96"] == [48, 16, 16, 16]
     assert records["uneven_forward_difference"] < 1e-6
+    # fit scales the L2 penalty itself: its step equals one device's, to rounding far below what the
+    # unscaled penalty would add (lr x (N - 1) x 2 L2 w).
+    decay = records["fit_weight_decay"]
+    assert decay["moved"] > 1e-3 and decay["difference"] < 1e-5
+    assert decay["unscaled_extra"] > 100 * decay["difference"]
 
 
 @checks("05_batchnorm_and_replica_state_solutions")
