@@ -79,9 +79,9 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "11_where_time_goes_solutions": {"N_DEVICES": 4, "TRAIN_SAMPLES": 512},
     # As lesson 02's tiny run (global batch 2 x 16 = 32), so that both backends measurably learn.
     "12_keras_on_jax": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
-    # 2 epochs on 2 devices in a budget of 6 s of training (at most 1,024 images each), 256 test images.
-    "13_capstone": {"TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 2, "BATCH_SIZE": 64,
-                    "MINUTES": 0.1},
+    # 3 epochs of 16 steps of 64 on 2 devices (offline: a budget of 6 s, see OFFLINE_ONLY), 256 test images.
+    "13_capstone": {"TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 3, "BATCH_SIZE": 64},
+    "13_capstone_solutions": {"BATCH_SIZE": 64, "TIMED_STEPS": 2},
     # Solutions: 1 step and 3 steps show the growth; 2 steps of 4 and of 16 images per replica.
     "04_multi_gpu_wrapping_solutions": {"PARITY_STEPS": 3},
     "05_batchnorm_and_replica_state_solutions": {"PARITY_STEPS": 2},
@@ -101,6 +101,9 @@ CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 # steps decide is checked below (QUICK_RUN_CHECKS) beside their usual checks.
 QUICK_RUN = {"EPOCHS": 1, "TRAIN_SAMPLES": 512, "TEST_SAMPLES": 128}
 QUICK_RUN_CHECKS: dict[str, Callable[[dict], None]] = {}
+# Offline only: the capstone trains on a budget of minutes, the path `make run` takes; on the real data
+# it trains fixed sizes, so that its accuracy is a claim.
+OFFLINE_ONLY = {"13_capstone": {"MINUTES": 0.1}}
 
 
 def checks(stem: str):
@@ -182,6 +185,7 @@ def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypa
     monkeypatch.setenv("MGTUTOR_OFFLINE", "1")
     quick = notebook.stem in QUICK_RUN_CHECKS
     offline = quick_run_parameters(notebook) if quick else parameters
+    offline = {**offline, **OFFLINE_ONLY.get(notebook.stem, {})}
     with kernel(cwd) as km:
         records = execute(notebook, tmp_path / "offline.ipynb", offline, cwd, km)
         check(notebook, records, offline)
@@ -505,15 +509,18 @@ def _(records: dict, p: dict) -> None:
     else:  # ../shared/data holds the whole set only as the JPEG-once copy
         assert data["copy"].startswith("a JPEG-once copy")
     assert records["parameters"] == 585_578  # four blocks of two convolutions, 32-64-128-128 channels
-    budget = records["budget"]
-    assert budget["minutes"] == p["MINUTES"] and budget["images_per_second"] > 0
-    assert p["BATCH_SIZE"] <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
+    images = p["TRAIN_SAMPLES"]  # every image every epoch, unless a budget of MINUTES cuts them
+    if p["MINUTES"] is not None:
+        budget = records["budget"]
+        assert budget["minutes"] == p["MINUTES"] and budget["images_per_second"] > 0
+        assert p["BATCH_SIZE"] <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
+        images = budget["images_per_epoch"]
     schedule = records["schedule"]
-    assert schedule["total_steps"] == p["EPOCHS"] * -(-budget["images_per_epoch"] // p["BATCH_SIZE"])
+    assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
     assert schedule["peak"] == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
     rates = schedule["rates"]  # steps 0, half the warm-up, the warm-up's end, half-way down, the last
     assert rates[0] == rates[-1] == 0.0 and rates[2] == pytest.approx(schedule["peak"])
-    assert rates[1] == pytest.approx(schedule["peak"] / 2, rel=0.5) and 0 < rates[3] < rates[2]
+    assert 0 <= rates[1] <= rates[2] and 0 < rates[3] < rates[2]
     curve = records["curve"]
     assert [point["epoch"] for point in curve] == list(range(1, p["EPOCHS"] + 1))
     assert all(0 < a["minutes"] < b["minutes"] for a, b in zip(curve, curve[1:], strict=False))
@@ -523,6 +530,19 @@ def _(records: dict, p: dict) -> None:
     assert abs(accuracy["fit"] - accuracy["live"]) <= 2 / p["TEST_SAMPLES"]
     assert 0.0 <= accuracy["flips"] <= 1.0 and accuracy["fit"] == curve[-1]["accuracy"]
     learnt({**accuracy, "synthetic": records["synthetic"]}, "live")
+
+
+@checks("13_capstone_solutions")
+def _(records: dict, p: dict) -> None:
+    at_256, at_512 = records["schedules"]  # the whole data set's 50,000 images, 6 epochs
+    assert (at_256["steps"], at_512["steps"]) == (6 * 196, 6 * 98)
+    assert at_512["peak"] == pytest.approx(2 * at_256["peak"]) and at_256["peak"] == p["PEAK_LEARNING_RATE"]
+    assert at_512["warmup"] in (at_256["warmup"] // 2, at_256["warmup"] // 2 + 1)
+    speed = records["images_per_second"]
+    assert speed["one"] > 0 and speed["many"] > 0
+    resumed, steps = records["resumed"], -(-p["TRAIN_SAMPLES"] // p["BATCH_SIZE"])
+    assert resumed["steps"] == steps and resumed["first"] == [1, 2] and resumed["second"] == [2, 3]
+    assert resumed["again"] == steps // 2 + 1  # epoch 2's batches before the kill, trained again
 
 
 def _quick_09(records: dict) -> None:
