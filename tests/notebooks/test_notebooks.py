@@ -509,12 +509,13 @@ def _(records: dict, p: dict) -> None:
     else:  # ../shared/data holds the whole set only as the JPEG-once copy
         assert data["copy"].startswith("a JPEG-once copy")
     assert records["parameters"] == 585_578  # four blocks of two convolutions, 32-64-128-128 channels
-    images = p["TRAIN_SAMPLES"]  # every image every epoch, unless a budget of MINUTES cuts them
+    images, tested = p["TRAIN_SAMPLES"], p["TEST_SAMPLES"]  # all, unless a budget of MINUTES cuts both
     if p["MINUTES"] is not None:
         budget = records["budget"]
         assert budget["minutes"] == p["MINUTES"] and budget["images_per_second"] > 0
         assert p["BATCH_SIZE"] <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
-        images = budget["images_per_epoch"]
+        images, tested = budget["images_per_epoch"], budget["test_images"]
+        assert min(p["BATCH_SIZE"], p["TEST_SAMPLES"]) <= tested <= p["TEST_SAMPLES"]
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
     assert schedule["peak"] == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
@@ -527,7 +528,7 @@ def _(records: dict, p: dict) -> None:
     accuracy = records["accuracy"]
     assert accuracy["reloaded"] == accuracy["live"]  # the saved model scores what the live one did
     # fit's own evaluation, in its graph, against the cell's eager pass: an argmax may flip at a near-tie.
-    assert abs(accuracy["fit"] - accuracy["live"]) <= 2 / p["TEST_SAMPLES"]
+    assert abs(accuracy["fit"] - accuracy["live"]) <= 2 / tested
     assert 0.0 <= accuracy["flips"] <= 1.0 and accuracy["fit"] == curve[-1]["accuracy"]
     learnt({**accuracy, "synthetic": records["synthetic"]}, "live")
 
