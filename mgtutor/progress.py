@@ -52,12 +52,23 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
     Being a ``ProgbarLogger``, it replaces Keras's bar whatever `verbose` is (Keras
     adds its own only when none is given); ``verbose=0`` says so in the call.
     Only ``fit`` shows anything: ``evaluate`` and ``predict`` stay silent.
+    ``time_left=True`` ends each line with the minutes the whole ``fit`` has left,
+    at the pace of the steps so far (evaluation included).
     """
 
-    def __init__(self, *, live: bool | None = None, update_seconds: float = DEFAULT_UPDATE_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        live: bool | None = None,
+        update_seconds: float = DEFAULT_UPDATE_SECONDS,
+        time_left: bool = False,
+    ) -> None:
         super().__init__()
         if live is not None and not isinstance(live, bool):
             raise ValueError(f"live must be True, False or None (decide from the session), got {live!r}.")
+        if not isinstance(time_left, bool):
+            raise ValueError(f"time_left must be True or False, got {time_left!r}.")
+        self.time_left = time_left
         if (
             isinstance(update_seconds, bool)
             or not isinstance(update_seconds, numbers.Real)
@@ -71,6 +82,7 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         self._handle: Any = None
         self._started = self._shown = 0.0
         self._epoch = 0
+        self._fit_started, self._first_epoch = 0.0, None
 
     # Keras calls this with fit's verbose, epochs and steps; verbose does not apply here.
     def set_params(self, params: dict[str, Any]) -> None:
@@ -80,10 +92,14 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.lines = []
+        self._fit_started = time.perf_counter()
+        self._first_epoch = None  # a resumed fit (BackupAndRestore) begins at a later epoch
         self._live = in_jupyter() if self.live is None else self.live
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch + 1
+        if self._first_epoch is None:
+            self._first_epoch = epoch
         self._handle = None
         self._started = self._shown = time.perf_counter()
 
@@ -93,7 +109,20 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
             parts.append(f"step {step}/{self.target}" if self.target else f"step {step}")
         parts.append(f"{time.perf_counter() - self._started:.1f} s")
         figures = format_logs(logs)
-        return " - ".join(parts + ([figures] if figures else []))
+        return " - ".join(parts + ([figures] if figures else []) + self._left(step))
+
+    def _left(self, step: int | None) -> list[str]:
+        """``["about 3.2 min left"]`` at the pace since `fit` began; [] when not asked or not yet known."""
+        done = self._epoch - 1 - (self._first_epoch or 0)  # whole epochs this fit has trained
+        if step is None:
+            done += 1
+        elif self.target:
+            done += step / self.target
+        if not self.time_left or done <= 0:
+            return []
+        remaining = (self.epochs - (self._first_epoch or 0)) - done
+        minutes = (time.perf_counter() - self._fit_started) / done * remaining / 60
+        return [f"about {minutes:.1f} min left"]
 
     def _show(self, line: str) -> None:
         from IPython.display import display

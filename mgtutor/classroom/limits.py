@@ -260,6 +260,14 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _within(p, "WARMUP_FRACTION", 0.0, 1.0, problems)
     _within(p, "LABEL_SMOOTHING", 0.0, 1.0, problems)
     _within(p, "WEIGHT_DECAY", 0.0, None, problems)
+    if p.get("XLA") not in (None, True, False):
+        problems.append(f"XLA must be None (on for one device), True or False, got {p['XLA']!r}.")
+    elif p.get("XLA") is True and devices and p["N_DEVICES"] > 1:
+        # Measured: XLA's step on replica 0 reads replica 1's variables and fails
+        # ("Trying to access resource ... located in device CPU:1 from device CPU:0").
+        problems.append(f"XLA=True needs N_DEVICES=1, got N_DEVICES={p['N_DEVICES']}: XLA cannot "
+                        "compile a MirroredStrategy step over logical devices. Use XLA=False with more "
+                        "devices.")  # fmt: skip
     return {}
 
 

@@ -150,6 +150,7 @@ def test_same_seed_same_weights_other_seed_other_weights(name):
 
 def test_build_model_dispatches_by_name_and_passes_the_seed():
     assert models.MODEL_BUILDERS == {
+        "capstone_cnn": models.build_capstone_cnn,
         "seed_cnn": models.build_seed_cnn,
         "lenet": models.build_lenet,
         "minigooglenet": models.build_minigooglenet,

@@ -42,6 +42,16 @@ def test_one_line_per_epoch_whatever_keras_verbose_is(capsys, verbose):
     assert last_loss == pytest.approx(history.history["loss"][-1], rel=1e-3)
 
 
+def test_time_left_ends_each_line_and_reaches_zero_at_the_last_epoch(capsys):
+    bar = ProgressBar(live=False, time_left=True)
+    _fit(bar, verbose=0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == bar.lines and len(lines) == 3
+    left = [float(re.search(r" - about (\d+\.\d) min left$", line).group(1)) for line in lines]
+    assert all(minutes >= 0 for minutes in left) and left[-1] == 0.0
+    assert all(LINE.fullmatch(line.rsplit(" - about", 1)[0]) for line in lines)  # the rest unchanged
+
+
 def test_evaluate_and_predict_stay_silent(capsys):
     bar = ProgressBar(live=False)
     model, _, x, y = _fit(bar, verbose=0)
@@ -96,6 +106,7 @@ def test_format_logs_puts_loss_first_and_validation_last():
     [
         ({"live": "yes"}, "live must be True, False or None"),
         ({"update_seconds": 0}, "update_seconds must be a number of seconds > 0"),
+        ({"time_left": "yes"}, "time_left must be True or False"),
     ],
 )
 def test_bad_options_are_refused(options, message):

@@ -94,6 +94,12 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     p04 = notebook_parameters(ROOT / "notebooks" / "04_multi_gpu_wrapping.ipynb")
     with pytest.raises(ValueError, match=r"PARITY_STEPS=3 needs 3 global batch\(es\) of 128 .* >= 384"):
         lesson_plan("04_multi_gpu_wrapping", {**p04, "TRAIN_SAMPLES": 256, "N_DEVICES": 4})
+    p13 = notebook_parameters(ROOT / "notebooks" / "13_capstone.ipynb")
+    with pytest.raises(ValueError, match=r"XLA=True needs N_DEVICES=1, got N_DEVICES=2: .* Use XLA=False"):
+        lesson_plan("13_capstone", {**p13, "N_DEVICES": 2, "XLA": True})
+    with pytest.raises(ValueError, match=r"XLA must be None \(on for one device\), True or False, got 'yes'"):
+        lesson_plan("13_capstone", {**p13, "XLA": "yes"})
+    assert lesson_plan("13_capstone", {**p13, "N_DEVICES": 2}) == {}  # the default: XLA off there
     assert lesson_plan("no_such_lesson", {}) == {}
 
 

@@ -19,8 +19,8 @@ NOTEBOOKS = [nb.name[:2] for nb in find_notebooks(ROOT / "notebooks")]
 TRAINS_NOTHING_TO_COMPARE = {"00", "01", "05", "11"}
 
 
-def committed(name: str) -> str:
-    return block((ROOT / TARGETS[name]).read_text(encoding="utf-8"), name)
+def committed(name: str, target: int = 0) -> str:
+    return block((ROOT / TARGETS[name][target]).read_text(encoding="utf-8"), name)
 
 
 def numbers(cell: str) -> list[float]:
@@ -67,9 +67,56 @@ def test_teachers_memory_parses_and_its_sentences_match_its_table():
     assert float(both.group(1)) == pytest.approx((max(peaks) + max(ends)) / 1000, abs=0.01)
 
 
+def test_the_capstone_curve_is_the_same_in_both_files_and_states_its_run():
+    text = committed("capstone")
+    assert text == committed("capstone", 1)
+    assert re.search(r"one `make capstone` started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)
+    assert "cores" in text and "TensorFlow 2.21" in text and "50,000 training images" in text
+    table = parse_table(text)
+    assert table["minutes of training"] == ["5", "10", "20", "30"]
+    reached = [numbers(cell) for cell in table["test accuracy by then"] if cell != "—"]
+    assert reached and all(CHANCE + 0.02 < values[0] <= 1 for values in reached)
+
+
+def _capstone_summary(minutes) -> dict:
+    ends = (4.3, 8.4, 12.5, 16.6, 20.7)
+    curve = [{"epoch": i + 1, "minutes": m, "accuracy": 0.5 + 0.05 * i} for i, m in enumerate(ends)]
+    return {
+        "started": "2026-11-26T06:40:00", "status": "complete", "overrides": {}, "seconds": 1300.0,
+        "machine": {"hostname": "vm", "cpu_count": 2, "platform": "Linux", "python": "3.11.7",
+                    "tensorflow": "2.21.0", "keras": "3.15.1"},
+        "notebooks": [{"notebook": "13_capstone.ipynb", "seconds": 1290.0, "peak_rss_mb": 3000,
+                       "end_rss_mb": 900, "parameters": {"MINUTES": minutes},
+                       "records": {"data": {"train": 50000, "test": 10000, "copy": "a JPEG-once copy: close"},
+                                   "curve": curve,
+                                   "accuracy": {"reloaded": 0.7, "flips": 0.71, "augmented": 0.72}}}],
+    }  # fmt: skip
+
+
+def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    for relative in ("README.md", "docs/teachers.md"):
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_capstone_summary(None)))
+    main([str(path), "--root", str(tmp_path)])
+    readme = (tmp_path / "README.md").read_text()
+    assert block(readme, "results") == committed("results")  # the series' table left as it was
+    text = block(readme, "capstone")
+    assert text == block((tmp_path / "docs" / "teachers.md").read_text(), "capstone")
+    # by 5 min: epoch 1 (4.3); by 10: epoch 2 (8.4); by 20: epoch 4 (16.6); by 30: the last, epoch 5 (20.7)
+    assert parse_table(text)["test accuracy by then"] == [
+        "0.500 (epoch 1)", "0.550 (epoch 2)", "0.650 (epoch 4)", "0.700 (epoch 5)"]
+    assert "ended at 20.7 min with 0.700" in text and "one-pixel shifts 0.7200" in text
+    path.write_text(json.dumps(_capstone_summary(2)))  # a budget of minutes: not the whole recipe
+    with pytest.raises(SystemExit) as refused:
+        main([str(path), "--root", str(tmp_path)])
+    assert refused.value.code == 2 and "neither the series" in capsys.readouterr().err
+
+
 def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_run(tmp_path, capsys):
     (tmp_path / "docs").mkdir()
-    for relative in TARGETS.values():
+    for relative in {relative for targets in TARGETS.values() for relative in targets}:
         shutil.copy(ROOT / relative, tmp_path / relative)
     records = {
         "02_build_cnn": {"test_accuracy": 0.47}, "03_data_parallel_step": {"mirrored_val_accuracy": 0.46},

@@ -1,0 +1,198 @@
+"""Notebook 13's recipe, taken apart: what each trick adds, and what each speed option costs.
+
+Two studies, each in its own process (run from the repository root)::
+
+    python benchmarks/bench_capstone.py ablations            # accuracy, at a reduced budget
+    python benchmarks/bench_capstone.py speed                # images/s of the training step
+    python benchmarks/bench_capstone.py speed --devices 2    # the same on 2 logical devices
+
+`ablations` trains the whole recipe and, for each trick, the recipe without it, on a balanced
+subset of `--train` CIFAR-10 images for `--epochs` epochs, `--repeats` times with other seeds,
+the variants in turn; each is tested on the whole test set. A difference counts only where it
+exceeds the spread of the repeats. Test-time augmentation needs no training: it is read from
+the whole recipe's own models. Accuracies do not depend on the load of the machine.
+
+`speed` times the training step on one batch (after an untimed one that traces and compiles
+it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, with and without
+XLA. Run it on a quiet machine. It reads `MGTUTOR_DATA_DIR` like the tests (the synthetic
+stand-in without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ABLATIONS = {
+    "whole recipe": {"views": True},
+    "no whitening (a learnt first layer)": {"whitening": False},
+    "no identity start": {"identity": False},
+    "no label smoothing": {"label_smoothing": 0.0},
+    "no warm-up (starts at the peak)": {"warmup": False},
+}
+SPEEDS = {
+    "float32, XLA": ("float32", True),
+    "float32, no XLA": ("float32", False),
+    "mixed bfloat16, XLA": ("mixed_bfloat16", True),
+    "mixed bfloat16, no XLA": ("mixed_bfloat16", False),
+}
+
+
+def _setup(devices: int):
+    sys.path.insert(0, str(ROOT))
+    import mgtutor
+
+    mgtutor.setup_devices(devices, verbose=False)
+    return mgtutor
+
+
+def train_variant(data, options: dict, epochs: int, batch: int, seed: int) -> dict:
+    """One training run of the recipe with `options` changed; test accuracy plain and with test views."""
+    import keras
+    import numpy as np
+
+    from mgtutor.capstone import (
+        TTA_WEIGHTS,
+        build_capstone_cnn,
+        capstone_pipeline,
+        channel_statistics,
+        one_cycle,
+        tta_view,
+    )
+    from mgtutor.data_parallel import mirrored_strategy
+
+    stats = channel_statistics(data.x_train)
+    y_train = keras.utils.to_categorical(data.y_train, data.num_classes)
+    y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
+    train = capstone_pipeline(
+        data.x_train, y_train, batch, stats, augment=options.get("augment", True), seed=seed
+    )
+    test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
+    sample = (data.x_train[:2000].astype(np.float32) - stats[0]) / stats[1]
+    whiten_with = sample if options.get("whitening", True) else None
+    total = epochs * -(-len(data.x_train) // batch)
+    warm = options.get("warmup", True)
+    schedule = one_cycle(
+        1.5 * batch / 1024, total, int(0.23 * total) if warm else 0, start=0.2 if warm else 1.0
+    )
+    with mirrored_strategy().scope():
+        model = build_capstone_cnn(data.input_shape, data.num_classes, whiten_with=whiten_with, seed=seed,
+                                   identity=options.get("identity", True))  # fmt: skip
+        optimizer = keras.optimizers.SGD(schedule, momentum=0.85, nesterov=True, weight_decay=0.009)
+        model.compile(optimizer=optimizer,
+                      loss=keras.losses.CategoricalCrossentropy(
+                          from_logits=True, label_smoothing=options.get("label_smoothing", 0.2)),
+                      jit_compile=True)  # fmt: skip
+    start = time.perf_counter()
+    model.fit(train, epochs=epochs, verbose=0)
+    minutes = (time.perf_counter() - start) / 60
+    views = len(TTA_WEIGHTS) if options.get("views", False) else 1  # the whole recipe's only: 5 more passes
+    logits = [
+        weight * model.predict(test.map(functools.partial(tta_view, which=which)), verbose=0)
+        for which, weight in enumerate(TTA_WEIGHTS[:views])
+    ]
+    truth = data.y_test[:, 0]
+
+    def accuracy(parts) -> float:
+        return float(np.mean(sum(parts).argmax(axis=1) == truth))
+
+    return {"plain": accuracy(logits[:1]), "flips": accuracy(logits[:2]),
+            "flips and shifts": accuracy(logits), "minutes": minutes}  # fmt: skip
+
+
+def ablations(args) -> None:
+    mgtutor = _setup(1)
+    data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train, None, seed=0)
+    print(data.summary())
+    print(f"{args.epochs} epochs of {len(data.y_train):,} images, batch {args.batch}; "
+          f"{args.repeats} repeats (seeds 0..{args.repeats - 1}), variants in turn", flush=True)  # fmt: skip
+    runs: dict[str, list[dict]] = {}
+    for seed in range(args.repeats):
+        for name, options in ABLATIONS.items():
+            result = train_variant(data, options, args.epochs, args.batch, seed)
+            runs.setdefault(name, []).append(result)
+            print(
+                f"  seed {seed}  {name:38s} {result['plain']:.4f}  ({result['minutes']:.1f} min)", flush=True
+            )
+    whole = runs["whole recipe"]
+    rows = [(name, [r["plain"] for r in results]) for name, results in runs.items()]
+    rows += [("whole recipe + test flips", [r["flips"] for r in whole]),
+             ("whole recipe + test flips and shifts", [r["flips and shifts"] for r in whole])]  # fmt: skip
+    base = statistics.median(r["plain"] for r in whole)
+    base_spread = max(r["plain"] for r in whole) - min(r["plain"] for r in whole)
+    print(f"\n| variant | test accuracy (median) | range over {args.repeats} seeds | vs whole recipe |")
+    print("| --- | --- | --- | --- |")
+    for name, values in rows:
+        median, spread = statistics.median(values), max(values) - min(values)
+        delta = median - base
+        verdict = "a difference" if abs(delta) > max(spread, base_spread) else "within the spread"
+        print(f"| {name} | {median:.4f} | {min(values):.4f}-{max(values):.4f} | {delta:+.4f} ({verdict}) |")
+
+
+def speed(args) -> None:
+    _setup(args.devices)
+    import keras
+    import numpy as np
+
+    from mgtutor.capstone import build_capstone_cnn
+    from mgtutor.data_parallel import mirrored_strategy
+
+    strategy = mirrored_strategy()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(args.batch, 32, 32, 3)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)]
+
+    rates: dict[str, list[float]] = {}
+    for repeat in range(args.repeats):
+        for name, (policy, xla) in SPEEDS.items():
+            keras.mixed_precision.set_global_policy(policy)
+            with strategy.scope():
+                model = build_capstone_cnn(whiten_with=x[:256], seed=0)
+                model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
+                              loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # fmt: skip
+            model.train_on_batch(x, y)  # traces and compiles
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                model.train_on_batch(x, y)
+            rates.setdefault(name, []).append(args.steps * args.batch / (time.perf_counter() - start))
+            print(f"  repeat {repeat}  {name:24s} {rates[name][-1]:6.0f} images/s", flush=True)
+            keras.backend.clear_session()
+    keras.mixed_precision.set_global_policy("float32")
+    base = statistics.median(rates["float32, XLA"])
+    print(
+        f"\n{args.devices} device(s), global batch {args.batch}, {args.steps} steps x {args.repeats} repeats"
+    )
+    print("| step | images/s (median) | range | vs float32, XLA |")
+    print("| --- | --- | --- | --- |")
+    for name, values in rates.items():
+        print(f"| {name} | {statistics.median(values):.0f} | {min(values):.0f}-{max(values):.0f} | "
+              f"x{statistics.median(values) / base:.2f} |")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("study", choices=("ablations", "speed"))
+    parser.add_argument("--train", type=int, default=8_000, help="training images (ablations)")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs (ablations)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=512, help="global batch, as the lesson's")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
+    parser.add_argument("--devices", type=int, default=1, help="logical devices (speed)")
+    args = parser.parse_args(argv)
+    for name in ("train", "epochs", "repeats", "batch", "steps", "devices"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.batch % args.devices:
+        parser.error(f"--batch {args.batch} must split evenly over --devices {args.devices}")
+    (ablations if args.study == "ablations" else speed)(args)
+
+
+if __name__ == "__main__":
+    main()

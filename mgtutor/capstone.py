@@ -1,0 +1,169 @@
+"""The capstone's recipe (notebook 13), lifted from its cells for its solutions and its benchmark.
+
+`whitening_filters` computes the first layer from the data, `build_capstone_cnn` builds the
+network (airbench's, in Keras), `one_cycle` its learning-rate schedule, and `tta_view` the
+test-time augmentation. Notebook 13 writes each out in cells; this is the same code, once.
+Importing this module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mgtutor._checks import check_seed, check_whole
+
+if TYPE_CHECKING:
+    import keras
+
+CAPSTONE_WIDTHS = (64, 128, 128)
+LOGIT_SCALE = 1 / 9  # small logits at the start: the softmax is not saturated before anything is learnt
+
+
+def whitening_filters(images: np.ndarray, size: int = 2, eps: float = 5e-4) -> np.ndarray:
+    """Filters (size, size, channels, 2 * size * size * channels) that whiten size x size patches.
+
+    The eigenvectors of the patches' (uncentred) second-moment matrix, scaled by
+    1/sqrt(eigenvalue + eps): their outputs are uncorrelated with mean square ~1. Both
+    signs, as the GELU after them keeps only half of each.
+    """
+    size = check_whole("size", size, 1, "Pass e.g. size=2.")
+    images = np.asarray(images, dtype=np.float32)
+    if images.ndim != 4 or images.shape[1] < size or images.shape[2] < size:
+        raise ValueError(f"images must be a batch (n, height, width, channels) of at least {size}x{size}, "
+                         f"got shape {images.shape}.")  # fmt: skip
+    windows = np.lib.stride_tricks.sliding_window_view(images, (size, size), axis=(1, 2))
+    flat = windows.transpose(0, 1, 2, 4, 5, 3).reshape(-1, size * size * images.shape[-1]).astype(np.float64)
+    values, vectors = np.linalg.eigh(flat.T @ flat / len(flat))
+    kernel = (vectors / np.sqrt(values + eps)).reshape(size, size, images.shape[-1], -1)
+    return np.concatenate([kernel, -kernel], axis=-1).astype(np.float32)
+
+
+def start_as_identity(model: keras.Model) -> int:
+    """Make the first filters of every trainable 3x3 convolution pass their input channel through.
+
+    Returns how many convolutions it set. The other filters keep their random start.
+    """
+    import keras
+
+    count = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Conv2D) and layer.trainable and layer.kernel.shape[:2] == (3, 3):
+            kernel = np.array(layer.kernel.numpy())
+            n = min(kernel.shape[2:])
+            kernel[..., :n] = 0
+            kernel[1, 1, np.arange(n), np.arange(n)] = 1
+            layer.kernel.assign(kernel)
+            count += 1
+    return count
+
+
+def build_capstone_cnn(
+    input_shape: tuple[int, int, int] = (32, 32, 3),
+    num_classes: int = 10,
+    *,
+    whiten_with: np.ndarray | None = None,
+    widths: tuple[int, ...] = CAPSTONE_WIDTHS,
+    identity: bool = True,
+    seed: int | None = None,
+) -> keras.Model:
+    """Notebook 13's network: a frozen whitening layer, then blocks conv-pool-BN-GELU, conv-BN-GELU.
+
+    `whiten_with`: standardized images to compute the first layer from (`whitening_filters`);
+    None learns a random 2x2 first layer instead (the ablation). ``identity=False`` leaves the
+    convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. Also
+    ``build_model("capstone_cnn", ...)``.
+    """
+    whitening = None if whiten_with is None else whitening_filters(whiten_with)
+    seed = check_seed(seed)
+    import keras
+
+    layers = keras.layers
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    inputs = keras.Input(tuple(input_shape))
+    if whitening is None:
+        x = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening")(inputs)
+    else:
+        x = layers.Conv2D(whitening.shape[-1], whitening.shape[0], trainable=False, name="whitening",
+                          kernel_initializer=keras.initializers.Constant(whitening))(inputs)  # fmt: skip
+    x = layers.Activation("gelu")(x)
+    for width in widths:
+        for pool in (True, False):
+            x = layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
+            x = layers.MaxPooling2D()(x) if pool else x
+            x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, scale=False, synchronized=True)(x)
+            x = layers.Activation("gelu")(x)
+    x = layers.Flatten()(layers.MaxPooling2D(3)(x))
+    logits = layers.Rescaling(LOGIT_SCALE)(layers.Dense(num_classes, use_bias=False)(x))
+    model = keras.Model(inputs, logits, name="capstone_cnn")
+    if identity:
+        start_as_identity(model)
+    return model
+
+
+def one_cycle(peak: float, total: int, warmup: int, start: float = 0.2, end: float = 0.07) -> Any:
+    """Notebook 13's schedule: linear from start*peak to peak over `warmup` steps, then down to end*peak."""
+    import keras
+    import tensorflow as tf
+
+    class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            up = start + (1 - start) * step / max(1, warmup)
+            down = 1 - (1 - end) * (step - warmup) / max(1, total - warmup)
+            return peak * tf.where(step < warmup, up, down)
+
+        def get_config(self) -> dict:
+            return {"peak": peak, "total": total, "warmup": warmup, "start": start, "end": end}
+
+    return OneCycle()
+
+
+def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each channel's mean and standard deviation over `images` (n, height, width, channels), float32."""
+    mean = images.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+    return mean, images.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+
+
+def capstone_pipeline(
+    images: np.ndarray, labels: np.ndarray, batch_size: int, statistics: tuple[np.ndarray, np.ndarray], *,
+    augment: bool, seed: int = 0,
+) -> Any:  # fmt: skip
+    """Notebook 13's `tf.data` input: uint8 images shuffled, flipped and reflect-cropped (2 pixels) when
+    `augment`, batched, then standardized by `statistics` (the training set's `channel_statistics`)."""
+    import tensorflow as tf
+
+    batch_size = check_whole("batch_size", batch_size, 1, "Pass e.g. batch_size=1024.")
+    mean, std = statistics
+
+    def flip_and_crop(image, label):
+        image = tf.image.random_flip_left_right(image)
+        image = tf.pad(image, [[2, 2], [2, 2], [0, 0]], mode="REFLECT")
+        return tf.image.random_crop(image, tf.shape(image) - [4, 4, 0]), label
+
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+    if augment:
+        dataset = dataset.shuffle(len(images), seed=seed).map(
+            flip_and_crop, num_parallel_calls=tf.data.AUTOTUNE
+        )
+    return dataset.batch(batch_size).map(lambda x, y: ((tf.cast(x, tf.float32) - mean) / std, y)).prefetch(2)
+
+
+TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice
+
+
+def tta_view(images: Any, labels: Any, which: int) -> tuple[Any, Any]:
+    """View `which` of a batch for test-time augmentation, for ``dataset.map(partial(tta_view, which=i))``.
+
+    0 as is, 1 mirrored; 2 and 3 shifted one pixel down-right (reflected at the border), then
+    the same mirrored; 4 and 5 shifted one pixel up-left, and mirrored.
+    """
+    import tensorflow as tf
+
+    if which >= 2:
+        by = 0 if which < 4 else 2
+        padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
+        images = padded[:, by : by + images.shape[1], by : by + images.shape[2]]
+    return (tf.reverse(images, [2]) if which % 2 else images), labels

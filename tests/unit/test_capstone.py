@@ -1,0 +1,128 @@
+"""mgtutor.capstone: notebook 13's recipe lifted into the package (whitening, network, schedule, views)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mgtutor import build_model
+from mgtutor.capstone import (
+    TTA_WEIGHTS,
+    build_capstone_cnn,
+    one_cycle,
+    start_as_identity,
+    tta_view,
+    whitening_filters,
+)
+
+
+def _correlated_images(n: int = 64, seed: int = 0) -> np.ndarray:
+    # Smooth images: neighbouring pixels and channels strongly correlated, as in photographs.
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(size=(n, 17, 17, 1)).astype(np.float32)
+    images = np.kron(noise, np.ones((1, 2, 2, 1), np.float32))[:, :32, :32]  # 2x2 blocks of one value
+    return np.concatenate([images, 0.5 * images, images + 0.1 * rng.normal(size=images.shape)], axis=-1)
+
+
+def test_whitening_filters_decorrelate_the_patches_as_a_convolution_applies_them():
+    import tensorflow as tf
+
+    images = _correlated_images()
+    kernel = whitening_filters(images, eps=5e-4)
+    assert kernel.shape == (2, 2, 3, 24)
+    np.testing.assert_array_equal(kernel[..., 12:], -kernel[..., :12])  # both signs
+    # Applied as Keras applies a kernel: the outputs' second moments are diagonal, each below 1.
+    out = tf.nn.conv2d(images, kernel[..., :12], strides=1, padding="VALID").numpy().reshape(-1, 12)
+    moments = out.T.astype(np.float64) @ out / len(out)
+    off_diagonal = np.abs(moments - np.diag(np.diag(moments))).max()
+    assert off_diagonal < 1e-3  # float32 convolution of inputs up to ~1e3 after whitening's scaling
+    assert np.all(np.diag(moments) <= 1.0 + 1e-3) and np.diag(moments).max() > 0.99
+    before = np.corrcoef(images[:, :-1, :, 0].ravel(), images[:, 1:, :, 0].ravel())[0, 1]
+    assert before > 0.4  # the input was correlated: the test means something
+
+
+def test_whitening_filters_refuse_what_is_not_a_batch_of_images():
+    with pytest.raises(ValueError, match=r"images must be a batch \(n, height, width, channels\)"):
+        whitening_filters(np.zeros((32, 32, 3)))
+    with pytest.raises(ValueError, match="size must be a whole number >= 1"):
+        whitening_filters(np.zeros((2, 32, 32, 3)), size=0)
+
+
+def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
+    import keras
+
+    images = _correlated_images()
+    kernel = whitening_filters(images)
+    model = build_capstone_cnn(whiten_with=images, seed=0)
+    assert model.count_params() == 570_296  # notebook 13's count, asserted by its checks too
+    assert not model.get_layer("whitening").trainable
+    np.testing.assert_array_equal(model.get_layer("whitening").kernel.numpy(), kernel)
+    convolutions = [
+        layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D) and layer.trainable
+    ]
+    assert len(convolutions) == 6
+    for layer in convolutions:
+        k = layer.kernel.numpy()
+        n = min(k.shape[2:])
+        np.testing.assert_array_equal(k[1, 1, :n, :n], np.eye(n))
+        assert np.all(k[..., :n].sum(axis=(0, 1)) == np.eye(n))  # nothing but the centre tap
+        assert k.shape[3] == n or np.any(k[..., n:] != 0)  # the other filters keep their random start
+    assert start_as_identity(model) == 6
+    learnt = build_capstone_cnn(seed=0, identity=False)
+    assert learnt.get_layer("whitening").trainable
+    assert not np.array_equal(learnt.layers[3].kernel.numpy()[1, 1, :24, :24], np.eye(24))
+    by_name = build_model("capstone_cnn", (32, 32, 3), 10, seed=0, whiten_with=images)
+    for a, b in zip(by_name.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)  # the same network, the same start
+    x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype(np.float32)
+    assert model.predict(x, verbose=0).shape == (2, 10)
+
+
+def test_the_schedule_warms_up_from_a_fifth_and_ends_at_seven_percent():
+    schedule = one_cycle(1.5, total=100, warmup=23)
+    rates = [float(schedule(step)) for step in (0, 23, 100)]
+    assert rates == pytest.approx([0.3, 1.5, 0.105], rel=1e-6)
+    assert float(schedule(60)) == pytest.approx(1.5 * (1 - 0.93 * 37 / 77), rel=1e-6)
+
+
+def test_the_test_views_mirror_and_shift_by_one_pixel():
+    images = np.arange(2 * 4 * 4 * 1, dtype=np.float32).reshape(2, 4, 4, 1)
+    assert TTA_WEIGHTS == (2, 2, 1, 1, 1, 1)
+    same, mirrored, down_right, _, up_left, up_left_mirrored = (
+        np.asarray(tta_view(images, None, which)[0]) for which in range(6)
+    )
+    np.testing.assert_array_equal(same, images)
+    np.testing.assert_array_equal(mirrored, images[:, :, ::-1])
+    np.testing.assert_array_equal(
+        down_right[:, 1:, 1:], images[:, :-1, :-1]
+    )  # moved one pixel down and right
+    np.testing.assert_array_equal(up_left[:, :-1, :-1], images[:, 1:, 1:])
+    np.testing.assert_array_equal(up_left_mirrored, up_left[:, :, ::-1])
+
+
+@pytest.mark.slow  # XLA compiles the whole step: about half a minute
+def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
+    import keras
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 32, 32, 3)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
+    images = _correlated_images()
+    weights = {}
+    for xla in (False, True):
+        model = build_capstone_cnn(whiten_with=images, seed=0)
+        loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1, momentum=0.85, nesterov=True), loss=loss, jit_compile=xla
+        )
+        model.train_on_batch(x, y)
+        weights[xla] = model.get_weights()
+    start = build_capstone_cnn(whiten_with=images, seed=0).get_weights()
+    relative = []  # each variable's XLA difference against how far the plain step moved it
+    for plain, xla, before in zip(weights[False], weights[True], start, strict=True):
+        moved = float(np.abs(plain - before).max())
+        if moved > 0:  # the frozen whitening layer does not move
+            relative.append(float(np.abs(plain - xla).max()) / moved)
+    assert len(relative) == 25  # 6 kernels, 6 x (beta, moving mean, moving variance), the dense kernel
+    # XLA fuses and reorders float32 sums: measured at most 4.2e-5 of the move (the first convolution).
+    assert max(relative) < 1e-3
