@@ -81,7 +81,8 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "12_keras_on_jax": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
     # 3 epochs of 16 steps of 64 on 2 devices (offline: a budget of 6 s, see OFFLINE_ONLY), 256 test images;
     # XLA at its default: off on 2 devices (XLA=True is refused there; its one-device step is unit-tested).
-    "13_capstone": {"TRAIN_SAMPLES": 1024, "TEST_SAMPLES": 256, "EPOCHS": 3, "BATCH_SIZE": 64},
+    # 1,000 images: 15 batches of 64 and one of 40 an epoch.
+    "13_capstone": {"TRAIN_SAMPLES": 1000, "TEST_SAMPLES": 256, "EPOCHS": 3, "BATCH_SIZE": 64},
     "13_capstone_solutions": {"BATCH_SIZE": 64, "TIMED_STEPS": 2},
     # Solutions: 1 step and 3 steps show the growth; 2 steps of 4 and of 16 images per replica.
     "04_multi_gpu_wrapping_solutions": {"PARITY_STEPS": 3},
@@ -522,6 +523,8 @@ def _(records: dict, p: dict) -> None:
         assert min(p["BATCH_SIZE"], p["TEST_SAMPLES"]) <= tested <= p["TEST_SAMPLES"]
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
+    augmentation = records["augmentation"]
+    assert augmentation["found"] == augmentation["images"] == 64 and augmentation["offsets"] > 1
     peak = schedule["peak"]
     assert peak == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
     rates = schedule["rates"]  # steps 0, half the warm-up, the warm-up's end, half-way down, the last

@@ -9,6 +9,8 @@ from mgtutor import build_model
 from mgtutor.capstone import (
     TTA_WEIGHTS,
     build_capstone_cnn,
+    capstone_pipeline,
+    flip_and_crop,
     one_cycle,
     start_as_identity,
     tta_view,
@@ -83,6 +85,46 @@ def test_the_schedule_warms_up_from_a_fifth_and_ends_at_seven_percent():
     rates = [float(schedule(step)) for step in (0, 23, 100)]
     assert rates == pytest.approx([0.3, 1.5, 0.105], rel=1e-6)
     assert float(schedule(60)) == pytest.approx(1.5 * (1 - 0.93 * 37 / 77), rel=1e-6)
+
+
+def _windows(padded: np.ndarray, size: int) -> np.ndarray:
+    # Every size x size window of each padded image, as (n, offsets, size, size, channels).
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (size, size), axis=(1, 2))
+    return windows.transpose(0, 1, 2, 4, 5, 3).reshape(len(padded), -1, size, size, padded.shape[-1])
+
+
+def test_flip_and_crop_cuts_each_image_its_own_window_mirrored_or_not():
+    rng = np.random.default_rng(0)
+    padded = rng.integers(0, 256, size=(200, 12, 12, 3), dtype=np.uint8)  # 8x8 images padded by 2
+    cut = np.asarray(flip_and_crop(padded, pad=2))
+    assert cut.shape == (200, 8, 8, 3) and cut.dtype == np.uint8  # exact pixels, no interpolation
+    windows = _windows(padded, 8)
+    same = np.all(windows == cut[:, None], axis=(2, 3, 4))
+    mirrored = np.all(windows[:, :, :, ::-1] == cut[:, None], axis=(2, 3, 4))
+    assert np.all(same.sum(axis=1) + mirrored.sum(axis=1) == 1)  # random pixels: exactly one match each
+    assert 70 < mirrored.sum() < 130  # about half mirrored (binomial(200, 1/2): 5 sigma either side)
+    offsets = np.argmax(same | mirrored, axis=1)
+    assert len(set(offsets.tolist())) == 25  # every offset of 0..4 x 0..4 drawn among 200 images
+
+
+def test_the_training_pipeline_gives_every_image_once_an_epoch_augmented_and_standardized():
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, size=(1000, 32, 32, 3), dtype=np.uint8)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 1000)]
+    statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
+    batches = list(capstone_pipeline(images, labels, 64, statistics, augment=True, seed=0))
+    assert [len(x) for x, _ in batches] == [64] * 15 + [40]  # 1,000 images: the last batch partial
+    assert all(x.dtype.name == "float32" and x.shape[1:] == (32, 32, 3) for x, _ in batches)
+    pixels = np.concatenate([np.asarray(x) for x, _ in batches]) * 64.0 + 127.5
+    # standardized uint8 values: nothing blended between pixels
+    np.testing.assert_allclose(pixels, np.round(pixels), atol=1e-3)
+    seen = np.concatenate([np.argmax(y, 1) for _, y in batches])
+    np.testing.assert_array_equal(np.sort(seen), np.sort(np.argmax(labels, 1)))  # every label once, none lost
+    tested = list(capstone_pipeline(images, labels, 64, statistics, augment=False))
+    assert [len(x) for x, _ in tested] == [64] * 15 + [40]
+    np.testing.assert_allclose(np.asarray(tested[0][0]), (images[:64] - 127.5) / 64.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="batch_size must be a whole number >= 1"):
+        capstone_pipeline(images, labels, 0, statistics, augment=True)
 
 
 def test_the_test_views_mirror_and_shift_by_one_pixel():
