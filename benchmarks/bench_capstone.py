@@ -90,7 +90,7 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int) -> di
                           from_logits=True, label_smoothing=options.get("label_smoothing", 0.2)),
                       jit_compile=True)  # fmt: skip
     start = time.perf_counter()
-    model.fit(train, epochs=epochs, verbose=0)
+    model.fit(train, epochs=epochs, steps_per_epoch=-(-len(data.x_train) // batch), verbose=0)
     minutes = (time.perf_counter() - start) / 60
     views = len(TTA_WEIGHTS) if options.get("views", False) else 1  # the whole recipe's only: 5 more passes
     logits = [

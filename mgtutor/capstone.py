@@ -146,8 +146,9 @@ def capstone_pipeline(
     augment: bool, seed: int = 0,
 ) -> Any:  # fmt: skip
     """Notebook 13's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
-    shuffled, batched, each batch flipped and cropped by `flip_and_crop`. Then standardized by
-    `statistics` (the training set's `channel_statistics`)."""
+    reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
+    each batch flipped and cropped by `flip_and_crop`. Without: the images once, in order. Both
+    standardized by `statistics` (the training set's `channel_statistics`)."""
     import tensorflow as tf
 
     batch_size = check_whole("batch_size", batch_size, 1, "Pass e.g. batch_size=512.")
@@ -160,7 +161,7 @@ def capstone_pipeline(
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size)
         return dataset.map(standardize).prefetch(2)
     padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
-    dataset = tf.data.Dataset.from_tensor_slices((padded, labels)).shuffle(len(images), seed=seed)
+    dataset = tf.data.Dataset.from_tensor_slices((padded, labels)).shuffle(len(images), seed=seed).repeat()
     augmented = dataset.batch(batch_size).map(
         lambda x, y: standardize(flip_and_crop(x), y), num_parallel_calls=2
     )

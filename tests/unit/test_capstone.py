@@ -107,21 +107,23 @@ def test_flip_and_crop_cuts_each_image_its_own_window_mirrored_or_not():
     assert len(set(offsets.tolist())) == 25  # every offset of 0..4 x 0..4 drawn among 200 images
 
 
-def test_the_training_pipeline_gives_every_image_once_an_epoch_augmented_and_standardized():
+def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once():
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, size=(1000, 32, 32, 3), dtype=np.uint8)
-    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 1000)]
+    labels = np.eye(1000, dtype=np.float32)  # image i's label names it: the stream can be traced
     statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
-    batches = list(capstone_pipeline(images, labels, 64, statistics, augment=True, seed=0))
-    assert [len(x) for x, _ in batches] == [64] * 15 + [40]  # 1,000 images: the last batch partial
+    stream = capstone_pipeline(images, labels, 64, statistics, augment=True, seed=0)
+    batches = list(stream.take(32))  # two epochs of ceil(1000 / 64) = 16 steps
+    assert [len(x) for x, _ in batches] == [64] * 32  # whole batches: the 17th carries on into pass two
     assert all(x.dtype.name == "float32" and x.shape[1:] == (32, 32, 3) for x, _ in batches)
     pixels = np.concatenate([np.asarray(x) for x, _ in batches]) * 64.0 + 127.5
     # standardized uint8 values: nothing blended between pixels
     np.testing.assert_allclose(pixels, np.round(pixels), atol=1e-3)
-    seen = np.concatenate([np.argmax(y, 1) for _, y in batches])
-    np.testing.assert_array_equal(np.sort(seen), np.sort(np.argmax(labels, 1)))  # every label once, none lost
+    order = np.concatenate([np.argmax(y, 1) for _, y in batches])
+    assert sorted(order[:1000]) == list(range(1000)) == sorted(order[1000:2000])  # each pass: all, once
+    assert not np.array_equal(order[:1000], order[1000:2000])  # reshuffled
     tested = list(capstone_pipeline(images, labels, 64, statistics, augment=False))
-    assert [len(x) for x, _ in tested] == [64] * 15 + [40]
+    assert [len(x) for x, _ in tested] == [64] * 15 + [40]  # the test set once, in order
     np.testing.assert_allclose(np.asarray(tested[0][0]), (images[:64] - 127.5) / 64.0, rtol=1e-6)
     with pytest.raises(ValueError, match="batch_size must be a whole number >= 1"):
         capstone_pipeline(images, labels, 0, statistics, augment=True)

@@ -108,3 +108,11 @@ def test_the_rooms_import_as_the_readme_map_says():
         if extra:
             wrong.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
     assert wrong == []
+
+
+def test_the_teachers_guide_total_is_the_sum_of_its_lesson_plan():
+    text = (ROOT / "docs" / "teachers.md").read_text()
+    minutes = [int(m) for m in re.findall(r"^\| \d\d [^|]+\| (\d+) min \|", text, flags=re.M)]
+    assert len(minutes) == 13  # every lesson but 12, the optional extra, which has its own paragraph
+    hours, rest = divmod(sum(minutes), 60)
+    assert f"About {hours} h {rest} min of teaching (the sum of the column above)" in text
