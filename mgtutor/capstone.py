@@ -127,13 +127,15 @@ def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, images.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
 
 
-def flip_and_crop(padded: Any, pad: int = 2) -> Any:
+def flip_and_crop(padded: Any, pad: int = 2, flip: Any = None) -> Any:
     """Notebook 13's augmentation of a whole batch at once: each image of `padded` (reflect-padded by
-    `pad` pixels) mirrored with probability 1/2, then cut at a random offset of 0..2*pad each way."""
+    `pad` pixels) mirrored where `flip` is true (None: with probability 1/2), then cut at a random
+    offset of 0..2*pad each way."""
     import tensorflow as tf
 
     count = tf.shape(padded)[0]
-    flip = tf.random.uniform([count]) < 0.5
+    if flip is None:
+        flip = tf.random.uniform([count]) < 0.5
     images = tf.where(flip[:, None, None, None], tf.reverse(padded, [2]), padded)
     rows = tf.random.uniform([count, 1], 0, 2 * pad + 1, tf.int32) + tf.range(padded.shape[1] - 2 * pad)
     columns = tf.random.uniform([count, 1], 0, 2 * pad + 1, tf.int32) + tf.range(padded.shape[2] - 2 * pad)
@@ -147,8 +149,10 @@ def capstone_pipeline(
 ) -> Any:  # fmt: skip
     """Notebook 13's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
     reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
-    each batch flipped and cropped by `flip_and_crop`. Without: the images once, in order. Both
-    standardized by `statistics` (the training set's `channel_statistics`)."""
+    each batch flipped and cropped by `flip_and_crop`. The flips alternate (airbench's): half the
+    images, drawn once, are mirrored in odd passes, the other half in even ones. Without `augment`:
+    the images once, in order. Both standardized by `statistics` (the training set's
+    `channel_statistics`)."""
     import tensorflow as tf
 
     batch_size = check_whole("batch_size", batch_size, 1, "Pass e.g. batch_size=512.")
@@ -161,11 +165,16 @@ def capstone_pipeline(
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size)
         return dataset.map(standardize).prefetch(2)
     padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
-    dataset = tf.data.Dataset.from_tensor_slices((padded, labels)).shuffle(len(images), seed=seed).repeat()
-    augmented = dataset.batch(batch_size).map(
-        lambda x, y: standardize(flip_and_crop(x), y), num_parallel_calls=2
-    )
-    return augmented.prefetch(2)
+    first = np.random.default_rng(seed).random(len(images)) < 0.5  # mirrored in the first pass
+    dataset = tf.data.Dataset.from_tensor_slices((padded, labels, first))
+    dataset = dataset.shuffle(len(images), seed=seed).repeat()
+
+    def alternate(index, batch):
+        x, y, first_pass = batch
+        passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
+        return standardize(flip_and_crop(x, flip=tf.math.logical_xor(first_pass, passes % 2 == 1)), y)
+
+    return dataset.batch(batch_size).enumerate().map(alternate, num_parallel_calls=2).prefetch(2)
 
 
 TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice

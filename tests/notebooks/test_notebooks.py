@@ -524,7 +524,10 @@ def _(records: dict, p: dict) -> None:
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
     augmentation = records["augmentation"]
-    assert augmentation["found"] == augmentation["images"] == 64 and augmentation["offsets"] > 1
+    assert augmentation["found"] == augmentation["images"] and augmentation["offsets"] > 1
+    # alternating flips: every image whose side can be told is mirrored in exactly one of two passes
+    assert augmentation["alternated"] == augmentation["shown"] >= 0.9 * augmentation["images"] / 2
+    assert 0.3 < augmentation["first_mirrored"] / (augmentation["images"] / 2) < 0.7
     peak = schedule["peak"]
     assert peak == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
     rates = schedule["rates"]  # steps 0, half the warm-up, the warm-up's end, half-way down, the last

@@ -107,7 +107,7 @@ def test_flip_and_crop_cuts_each_image_its_own_window_mirrored_or_not():
     assert len(set(offsets.tolist())) == 25  # every offset of 0..4 x 0..4 drawn among 200 images
 
 
-def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once():
+def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once_flips_alternating():
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, size=(1000, 32, 32, 3), dtype=np.uint8)
     labels = np.eye(1000, dtype=np.float32)  # image i's label names it: the stream can be traced
@@ -122,6 +122,14 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
     order = np.concatenate([np.argmax(y, 1) for _, y in batches])
     assert sorted(order[:1000]) == list(range(1000)) == sorted(order[1000:2000])  # each pass: all, once
     assert not np.array_equal(order[:1000], order[1000:2000])  # reshuffled
+    padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
+    cut = np.round(pixels).astype(np.uint8)
+    mirrored = np.array([np.all(_windows(padded[i : i + 1, :, ::-1], 32)[0] == c, axis=(1, 2, 3)).any()
+                         for i, c in zip(order, cut)])  # fmt: skip
+    first, second = np.zeros(1000, bool), np.zeros(1000, bool)
+    first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
+    assert 400 < first.sum() < 600  # about half mirrored in the first pass (binomial: 6 sigma either side)
+    assert np.all(first != second)  # alternating: each image mirrored in exactly one of the two passes
     tested = list(capstone_pipeline(images, labels, 64, statistics, augment=False))
     assert [len(x) for x, _ in tested] == [64] * 15 + [40]  # the test set once, in order
     np.testing.assert_allclose(np.asarray(tested[0][0]), (images[:64] - 127.5) / 64.0, rtol=1e-6)
