@@ -125,7 +125,7 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
     padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
     cut = np.round(pixels).astype(np.uint8)
     mirrored = np.array([np.all(_windows(padded[i : i + 1, :, ::-1], 32)[0] == c, axis=(1, 2, 3)).any()
-                         for i, c in zip(order, cut)])  # fmt: skip
+                         for i, c in zip(order, cut, strict=True)])  # fmt: skip
     first, second = np.zeros(1000, bool), np.zeros(1000, bool)
     first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
     assert 400 < first.sum() < 600  # about half mirrored in the first pass (binomial: 6 sigma either side)
