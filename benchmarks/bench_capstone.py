@@ -5,6 +5,7 @@ Two studies, each in its own process (run from the repository root)::
     python benchmarks/bench_capstone.py ablations            # accuracy, at a reduced budget
     python benchmarks/bench_capstone.py speed                # images/s of the training step
     python benchmarks/bench_capstone.py speed --devices 2    # the same on 2 logical devices
+    python benchmarks/bench_capstone.py comparisons          # the seeds' recipes, for --minutes each
 
 `ablations` trains the whole recipe and, for each trick, the recipe without it, on a balanced
 subset of `--train` CIFAR-10 images for `--epochs` epochs, `--repeats` times with other seeds,
@@ -17,6 +18,14 @@ it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, wit
 XLA (without only, on several devices: XLA cannot compile the strategy's step over logical
 devices). Run it on a quiet machine. `ablations` reads `MGTUTOR_DATA_DIR` like the tests (the
 synthetic stand-in without it); `speed` trains on random images.
+
+`comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each,
+epoch by epoch, and tests after each epoch on the whole test set (the minutes include it), as
+notebook 13 records its own curve: seed 000's CNN with RMSprop 1e-4 and batch 128, and seed
+001's MiniGoogLeNet with SGD (momentum 0.9, 5e-3 falling linearly over its published 70 epochs)
+and batch 64, both fed by the capstone's pipeline (flips and 2-pixel crops, not the seeds'
+`ImageDataGenerator`) and compiled with XLA, as the capstone is. An epoch is started only if the
+last one's time still fits. Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ ABLATIONS = {
     "no identity start": {"identity": False},
     "no label smoothing": {"label_smoothing": 0.0},
     "no warm-up (starts at the peak)": {"warmup": False},
+    "random flips, not alternating": {"alternate": False},
 }
 SPEEDS = {
     "float32, XLA": ("float32", True),
@@ -71,7 +81,8 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int) -> di
     y_train = keras.utils.to_categorical(data.y_train, data.num_classes)
     y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
     train = capstone_pipeline(
-        data.x_train, y_train, batch, stats, augment=options.get("augment", True), seed=seed
+        data.x_train, y_train, batch, stats, augment=True, seed=seed,
+        alternate=options.get("alternate", True),
     )
     test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
     sample = (data.x_train[:2000].astype(np.float32) - stats[0]) / stats[1]
@@ -135,6 +146,80 @@ def ablations(args) -> None:
         print(f"| {name} | {median:.4f} | {min(values):.4f}-{max(values):.4f} | {delta:+.4f} ({verdict}) |")
 
 
+SEED_RECIPES = {
+    "seed 000: seed CNN, RMSprop 1e-4, batch 128": ("seed_cnn", 128),
+    "seed 001: MiniGoogLeNet, SGD 5e-3 over 70 epochs, batch 64": ("minigooglenet", 64),
+}
+PUBLISHED_EPOCHS = {"minigooglenet": 70, "seed_cnn": 50}  # seed 001's 74m10s of 63 s epochs; seed 000's
+
+
+def train_for_minutes(data, model_name: str, batch: int, minutes: float) -> list[dict]:
+    """One seed's recipe, whole epochs while they fit in `minutes`; each epoch's minutes and test accuracy."""
+    import keras
+
+    from mgtutor import build_model, seed_optimizer
+    from mgtutor.capstone import capstone_pipeline, channel_statistics
+
+    stats = channel_statistics(data.x_train)
+    y_train = keras.utils.to_categorical(data.y_train, data.num_classes)
+    y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
+    train = capstone_pipeline(data.x_train, y_train, batch, stats, augment=True, seed=0, alternate=False)
+    test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
+    steps = -(-len(data.x_train) // batch)
+    model = build_model(model_name, data.input_shape, data.num_classes, seed=0)
+    if model_name == "seed_cnn":
+        optimizer = seed_optimizer()
+    else:  # seed 001's schedule: linear ("polynomial", power 1) from 5e-3 to 0 over 70 epochs
+        rate = keras.optimizers.schedules.PolynomialDecay(5e-3, PUBLISHED_EPOCHS[model_name] * steps, 0.0)
+        optimizer = keras.optimizers.SGD(rate, momentum=0.9)
+    model.compile(optimizer=optimizer, loss="categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=True)  # fmt: skip
+    curve: list[dict] = []
+
+    class Budget(keras.callbacks.Callback):  # after each epoch: its point; stop if another would not fit
+        def on_train_begin(self, logs=None):
+            self.start = self.began = time.perf_counter()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.began = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            now = time.perf_counter()
+            point = {"epoch": epoch + 1, "minutes": (now - self.start) / 60,
+                     "epoch_minutes": (now - self.began) / 60,
+                     "accuracy": float(logs["val_accuracy"])}  # fmt: skip
+            curve.append(point)
+            print(f"    epoch {epoch + 1}: {point['accuracy']:.4f} after {point['minutes']:.1f} min",
+                  flush=True)  # fmt: skip
+            self.model.stop_training = (now - self.start) + (now - self.began) > 60 * minutes
+
+    model.fit(train, epochs=10_000, steps_per_epoch=steps, validation_data=test, verbose=0,
+              callbacks=[Budget()])  # fmt: skip
+    return curve
+
+
+def comparisons(args) -> None:
+    mgtutor = _setup(1)
+    data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train_all, None, seed=0)
+    print(data.summary())
+    print(f"each recipe for whole epochs within {args.minutes:g} min, tested on all {len(data.y_test):,} "
+          "after each epoch", flush=True)  # fmt: skip
+    rows = []
+    for name, (model_name, batch) in SEED_RECIPES.items():
+        print(f"  {name}", flush=True)
+        curve = train_for_minutes(data, model_name, batch, args.minutes)
+        # the first epoch also traces and compiles
+        later = [p["epoch_minutes"] for p in curve[1:]] or [curve[0]["epoch_minutes"]]
+        per_epoch = statistics.median(later)
+        points = ", ".join(f"{p['accuracy']:.3f} ({p['minutes']:.1f})" for p in curve)
+        epochs = PUBLISHED_EPOCHS[model_name]
+        rows.append(f"| {name} | {per_epoch:.2f} | {points} | {epochs}: {epochs * per_epoch / 60:.1f} h |")
+    print("\n| recipe | minutes per epoch (median after the first) | test accuracy (minutes) "
+          "| published epochs, projected here |")
+    print("| --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
 def speed(args) -> None:
     _setup(args.devices)
     import keras
@@ -182,20 +267,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("study", choices=("ablations", "speed"))
+    parser.add_argument("study", choices=("ablations", "speed", "comparisons"))
     parser.add_argument("--train", type=int, default=8_000, help="training images (ablations)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs (ablations)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512, help="global batch, as the lesson's")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
     parser.add_argument("--devices", type=int, default=1, help="logical devices (speed)")
+    parser.add_argument("--minutes", type=float, default=10.0, help="wall time per recipe (comparisons)")
+    parser.add_argument("--train-all", type=int, default=None, help=argparse.SUPPRESS)  # tests: fewer images
     args = parser.parse_args(argv)
     for name in ("train", "epochs", "repeats", "batch", "steps", "devices"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.batch % args.devices:
         parser.error(f"--batch {args.batch} must split evenly over --devices {args.devices}")
-    (ablations if args.study == "ablations" else speed)(args)
+    if args.minutes <= 0:
+        parser.error(f"--minutes must be > 0, got {args.minutes}")
+    {"ablations": ablations, "speed": speed, "comparisons": comparisons}[args.study](args)
 
 
 if __name__ == "__main__":

@@ -145,12 +145,13 @@ def flip_and_crop(padded: Any, pad: int = 2, flip: Any = None) -> Any:
 
 def capstone_pipeline(
     images: np.ndarray, labels: np.ndarray, batch_size: int, statistics: tuple[np.ndarray, np.ndarray], *,
-    augment: bool, seed: int = 0,
+    augment: bool, seed: int = 0, alternate: bool = True,
 ) -> Any:  # fmt: skip
     """Notebook 13's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
     reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
     each batch flipped and cropped by `flip_and_crop`. The flips alternate (airbench's): half the
-    images, drawn once, are mirrored in odd passes, the other half in even ones. Without `augment`:
+    images, drawn once, are mirrored in odd passes, the other half in even ones (``alternate=False``:
+    each image with probability 1/2 every time, the ablation). Without `augment`:
     the images once, in order. Both standardized by `statistics` (the training set's
     `channel_statistics`)."""
     import tensorflow as tf
@@ -169,12 +170,13 @@ def capstone_pipeline(
     dataset = tf.data.Dataset.from_tensor_slices((padded, labels, first))
     dataset = dataset.shuffle(len(images), seed=seed).repeat()
 
-    def alternate(index, batch):
+    def augment_batch(index, batch):
         x, y, first_pass = batch
         passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
-        return standardize(flip_and_crop(x, flip=tf.math.logical_xor(first_pass, passes % 2 == 1)), y)
+        flip = tf.math.logical_xor(first_pass, passes % 2 == 1) if alternate else None
+        return standardize(flip_and_crop(x, flip=flip), y)
 
-    return dataset.batch(batch_size).enumerate().map(alternate, num_parallel_calls=2).prefetch(2)
+    return dataset.batch(batch_size).enumerate().map(augment_batch, num_parallel_calls=2).prefetch(2)
 
 
 TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice

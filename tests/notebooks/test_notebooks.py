@@ -365,6 +365,14 @@ def _(records: dict, p: dict) -> None:
     assert parity["synchronized"] < 1e-5 < parity["plain"]
     assert records["sync_cost_ratio"] > 0
     assert records["averaged_copy_spread"] == 0.0
+    # Issue 27's row: plain BatchNorm under JAX DataParallel has the global batch's statistics, one copy
+    routes = records["bn_routes"]
+    jax = routes["JAX DataParallel, plain BatchNorm"]
+    synced = routes["TF MirroredStrategy, synchronized=True"]
+    # one device's statistics up to the rounding of two backends; plain BatchNorm leaves them
+    assert max(jax, synced) < 1e-5 < routes["TF MirroredStrategy, plain BatchNorm"]
+    assert routes["TF MirroredStrategy, plain BatchNorm"] > 10 * max(jax, synced)
+    assert records["jax_bn_replicated"] is True
     noise = records["batch_mean_noise"]
     assert noise["4"] > noise["8"] > noise["16"] > noise["32"] > noise["64"]
     assert 1.5 < noise["8"] / noise["32"] < 2.6  # 1/sqrt(batch): x2 from 8 to 32 images

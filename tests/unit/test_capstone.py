@@ -130,6 +130,14 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
     first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
     assert 400 < first.sum() < 600  # about half mirrored in the first pass (binomial: 6 sigma either side)
     assert np.all(first != second)  # alternating: each image mirrored in exactly one of the two passes
+    random = capstone_pipeline(images, labels, 64, statistics, augment=True, seed=0, alternate=False)
+    batches = list(random.take(32))
+    cut = np.round(np.concatenate([np.asarray(x) for x, _ in batches]) * 64.0 + 127.5).astype(np.uint8)
+    order = np.concatenate([np.argmax(y, 1) for _, y in batches])
+    mirrored = np.array([np.all(_windows(padded[i : i + 1, :, ::-1], 32)[0] == c, axis=(1, 2, 3)).any()
+                         for i, c in zip(order, cut, strict=True)])  # fmt: skip
+    first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
+    assert 400 < np.sum(first == second) < 600  # random flips: about half the images the same way twice
     tested = list(capstone_pipeline(images, labels, 64, statistics, augment=False))
     assert [len(x) for x, _ in tested] == [64] * 15 + [40]  # the test set once, in order
     np.testing.assert_allclose(np.asarray(tested[0][0]), (images[:64] - 127.5) / 64.0, rtol=1e-6)
