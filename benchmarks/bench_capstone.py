@@ -24,7 +24,7 @@ epoch by epoch, and tests after each epoch on the whole test set (the minutes in
 notebook 13 records its own curve: seed 000's CNN with RMSprop 1e-4 and batch 128, and seed
 001's MiniGoogLeNet with SGD (momentum 0.9, 5e-3 falling linearly over its published 70 epochs)
 and batch 64, both fed by the capstone's pipeline (flips and 2-pixel crops, not the seeds'
-`ImageDataGenerator`) and compiled with XLA, as the capstone is. An epoch is started only if the
+`ImageDataGenerator`), without XLA as the series trains them. An epoch is started only if the
 last one's time still fits. Run it on a quiet machine.
 """
 
@@ -172,8 +172,10 @@ def train_for_minutes(data, model_name: str, batch: int, minutes: float) -> list
     else:  # seed 001's schedule: linear ("polynomial", power 1) from 5e-3 to 0 over 70 epochs
         rate = keras.optimizers.schedules.PolynomialDecay(5e-3, PUBLISHED_EPOCHS[model_name] * steps, 0.0)
         optimizer = keras.optimizers.SGD(rate, momentum=0.9)
+    # Without XLA, as the series trains these models: seed 000's CNN took 6.1 min for its first epoch
+    # of the whole set with XLA here, 2.0 min without (one run each, 2026-11-26, quiet).
     model.compile(optimizer=optimizer, loss="categorical_crossentropy", metrics=["accuracy"],
-                  jit_compile=True)  # fmt: skip
+                  jit_compile=False)  # fmt: skip
     curve: list[dict] = []
 
     class Budget(keras.callbacks.Callback):  # after each epoch: its point; stop if another would not fit
