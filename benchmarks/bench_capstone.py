@@ -8,15 +8,19 @@ Two studies, each in its own process (run from the repository root)::
     python benchmarks/bench_capstone.py comparisons          # the seeds' recipes, for --minutes each
 
 `ablations` trains the whole recipe and, for each trick, the recipe without it, on a balanced
-subset of `--train` CIFAR-10 images for `--epochs` epochs, `--repeats` times with other seeds,
-the variants in turn; each is tested on the whole test set. A difference counts only where it
+subset of `--train` CIFAR-10 images for `--epochs` epochs (the first `--small-epochs` of them on
+images shrunk to 24x24, as the lesson's first epochs), `--repeats` times with other seeds,
+the variants in turn; each is tested on the whole test set, and its training minutes are shown
+(the one variant whose point is time, not accuracy, is progressive resizing). A difference
+counts only where it
 exceeds the spread of the repeats. Test-time augmentation needs no training: it is read from
 the whole recipe's own models. Accuracies do not depend on the load of the machine.
 
 `speed` times the training step on one batch (after an untimed one that traces and compiles
 it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, with and without
 XLA (without only, on several devices: XLA cannot compile the strategy's step over logical
-devices). Run it on a quiet machine. `ablations` reads `MGTUTOR_DATA_DIR` like the tests (the
+devices), and at the smaller image sides of progressive resizing. Run it on a quiet machine.
+`ablations` reads `MGTUTOR_DATA_DIR` like the tests (the
 synthetic stand-in without it); `speed` trains on random images.
 
 `comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each,
@@ -45,12 +49,15 @@ ABLATIONS = {
     "no label smoothing": {"label_smoothing": 0.0},
     "no warm-up (starts at the peak)": {"warmup": False},
     "random flips, not alternating": {"alternate": False},
+    "no progressive resizing (every epoch at 32x32)": {"small_epochs": 0},
 }
-SPEEDS = {
-    "float32, XLA": ("float32", True),
-    "float32, no XLA": ("float32", False),
-    "mixed bfloat16, XLA": ("mixed_bfloat16", True),
-    "mixed bfloat16, no XLA": ("mixed_bfloat16", False),
+SPEEDS = {  # precision, XLA, image side
+    "float32, XLA": ("float32", True, 32),
+    "float32, no XLA": ("float32", False, 32),
+    "mixed bfloat16, XLA": ("mixed_bfloat16", True, 32),
+    "mixed bfloat16, no XLA": ("mixed_bfloat16", False, 32),
+    "float32, XLA, 24x24 images": ("float32", True, 24),
+    "float32, XLA, 16x16 images": ("float32", True, 16),
 }
 
 
@@ -62,7 +69,7 @@ def _setup(devices: int):
     return mgtutor
 
 
-def train_variant(data, options: dict, epochs: int, batch: int, seed: int) -> dict:
+def train_variant(data, options: dict, epochs: int, batch: int, seed: int, small_epochs: int = 0) -> dict:
     """One training run of the recipe with `options` changed; test accuracy plain and with test views."""
     import keras
     import numpy as np
@@ -82,7 +89,7 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int) -> di
     y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
     train = capstone_pipeline(
         data.x_train, y_train, batch, stats, augment=True, seed=seed,
-        alternate=options.get("alternate", True),
+        alternate=options.get("alternate", True), small_epochs=options.get("small_epochs", small_epochs),
     )
     test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
     sample = (data.x_train[:2000].astype(np.float32) - stats[0]) / stats[1]
@@ -93,7 +100,7 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int) -> di
         1.5 * batch / 1024, total, int(0.23 * total) if warm else 0, start=0.2 if warm else 1.0
     )
     with mirrored_strategy().scope():
-        model = build_capstone_cnn(data.input_shape, data.num_classes, whiten_with=whiten_with, seed=seed,
+        model = build_capstone_cnn(num_classes=data.num_classes, whiten_with=whiten_with, seed=seed,
                                    identity=options.get("identity", True))  # fmt: skip
         optimizer = keras.optimizers.SGD(schedule, momentum=0.85, nesterov=True, weight_decay=0.009)
         model.compile(optimizer=optimizer,
@@ -121,29 +128,34 @@ def ablations(args) -> None:
     mgtutor = _setup(1)
     data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train, None, seed=0)
     print(data.summary())
-    print(f"{args.epochs} epochs of {len(data.y_train):,} images, batch {args.batch}; "
+    print(f"{args.epochs} epochs of {len(data.y_train):,} images ({args.small_epochs} at 24x24), "
+          f"batch {args.batch}; "
           f"{args.repeats} repeats (seeds 0..{args.repeats - 1}), variants in turn", flush=True)  # fmt: skip
     runs: dict[str, list[dict]] = {}
     for seed in range(args.repeats):
         for name, options in ABLATIONS.items():
-            result = train_variant(data, options, args.epochs, args.batch, seed)
+            result = train_variant(data, options, args.epochs, args.batch, seed, args.small_epochs)
             runs.setdefault(name, []).append(result)
             print(
                 f"  seed {seed}  {name:38s} {result['plain']:.4f}  ({result['minutes']:.1f} min)", flush=True
             )
     whole = runs["whole recipe"]
-    rows = [(name, [r["plain"] for r in results]) for name, results in runs.items()]
-    rows += [("whole recipe + test flips", [r["flips"] for r in whole]),
-             ("whole recipe + test flips and shifts", [r["flips and shifts"] for r in whole])]  # fmt: skip
+    rows = [(name, [r["plain"] for r in results], [r["minutes"] for r in results])
+            for name, results in runs.items()]  # fmt: skip
+    rows += [("whole recipe + test flips", [r["flips"] for r in whole], []),
+             ("whole recipe + test flips and shifts", [r["flips and shifts"] for r in whole], [])]
     base = statistics.median(r["plain"] for r in whole)
     base_spread = max(r["plain"] for r in whole) - min(r["plain"] for r in whole)
-    print(f"\n| variant | test accuracy (median) | range over {args.repeats} seeds | vs whole recipe |")
-    print("| --- | --- | --- | --- |")
-    for name, values in rows:
+    print(f"\n| variant | test accuracy (median) | range over {args.repeats} seeds | vs whole recipe "
+          "| training minutes (range) |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, values, minutes in rows:
         median, spread = statistics.median(values), max(values) - min(values)
         delta = median - base
         verdict = "a difference" if abs(delta) > max(spread, base_spread) else "within the spread"
-        print(f"| {name} | {median:.4f} | {min(values):.4f}-{max(values):.4f} | {delta:+.4f} ({verdict}) |")
+        took = f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else "(no training)"
+        print(f"| {name} | {median:.4f} | {min(values):.4f}-{max(values):.4f} | {delta:+.4f} ({verdict}) "
+              f"| {took} |")  # fmt: skip
 
 
 SEED_RECIPES = {
@@ -232,17 +244,18 @@ def speed(args) -> None:
 
     strategy = mirrored_strategy()
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(args.batch, 32, 32, 3)).astype(np.float32)
+    images = rng.normal(size=(args.batch, 32, 32, 3)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)]
 
     rates: dict[str, list[float]] = {}
     # XLA cannot compile a MirroredStrategy step over logical devices (notebook 13 refuses it too).
     variants = {name: v for name, v in SPEEDS.items() if args.devices == 1 or not v[1]}
     for repeat in range(args.repeats):
-        for name, (policy, xla) in variants.items():
+        for name, (policy, xla, side) in variants.items():
             keras.mixed_precision.set_global_policy(policy)
+            x = images[:, :side, :side]  # the step's cost depends on the side only, not on the pixels
             with strategy.scope():
-                model = build_capstone_cnn(whiten_with=x[:256], seed=0)
+                model = build_capstone_cnn(whiten_with=images[:256], seed=0)
                 model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
                               loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # fmt: skip
             model.train_on_batch(x, y)  # traces and compiles
@@ -272,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("study", choices=("ablations", "speed", "comparisons"))
     parser.add_argument("--train", type=int, default=8_000, help="training images (ablations)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs (ablations)")
+    parser.add_argument("--small-epochs", type=int, default=1, help="of them, at 24x24 (ablations)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512, help="global batch, as the lesson's")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
@@ -282,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("train", "epochs", "repeats", "batch", "steps", "devices"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.small_epochs <= args.epochs:
+        parser.error(f"--small-epochs must be from 0 to --epochs ({args.epochs}), got {args.small_epochs}")
     if args.batch % args.devices:
         parser.error(f"--batch {args.batch} must split evenly over --devices {args.devices}")
     if args.minutes <= 0:

@@ -60,7 +60,7 @@ def start_as_identity(model: keras.Model) -> int:
 
 
 def build_capstone_cnn(
-    input_shape: tuple[int, int, int] = (32, 32, 3),
+    input_shape: tuple[int | None, int | None, int] = (None, None, 3),
     num_classes: int = 10,
     *,
     whiten_with: np.ndarray | None = None,
@@ -68,11 +68,12 @@ def build_capstone_cnn(
     identity: bool = True,
     seed: int | None = None,
 ) -> keras.Model:
-    """Notebook 13's network: a frozen whitening layer, then blocks conv-pool-BN-GELU, conv-BN-GELU.
+    """Notebook 13's network: frozen whitening, blocks conv-pool-BN-GELU, conv-BN-GELU, a global max-pool.
 
     `whiten_with`: standardized images to compute the first layer from (`whitening_filters`);
     None learns a random 2x2 first layer instead (the ablation). ``identity=False`` leaves the
-    convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. Also
+    convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. The global
+    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open). Also
     ``build_model("capstone_cnn", ...)``.
     """
     whitening = None if whiten_with is None else whitening_filters(whiten_with)
@@ -95,7 +96,7 @@ def build_capstone_cnn(
             x = layers.MaxPooling2D()(x) if pool else x
             x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, scale=False, synchronized=True)(x)
             x = layers.Activation("gelu")(x)
-    x = layers.Flatten()(layers.MaxPooling2D(3)(x))
+    x = layers.GlobalMaxPooling2D()(x)
     logits = layers.Rescaling(LOGIT_SCALE)(layers.Dense(num_classes, use_bias=False)(x))
     model = keras.Model(inputs, logits, name="capstone_cnn")
     if identity:
@@ -145,18 +146,24 @@ def flip_and_crop(padded: Any, pad: int = 2, flip: Any = None) -> Any:
 
 def capstone_pipeline(
     images: np.ndarray, labels: np.ndarray, batch_size: int, statistics: tuple[np.ndarray, np.ndarray], *,
-    augment: bool, seed: int = 0, alternate: bool = True,
+    augment: bool, seed: int = 0, alternate: bool = True, small_epochs: int = 0, small_size: int = 24,
+    first_epoch: int = 0,
 ) -> Any:  # fmt: skip
     """Notebook 13's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
     reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
     each batch flipped and cropped by `flip_and_crop`. The flips alternate (airbench's): half the
     images, drawn once, are mirrored in odd passes, the other half in even ones (``alternate=False``:
-    each image with probability 1/2 every time, the ablation). Without `augment`:
+    each image with probability 1/2 every time, the ablation). The batches of the first
+    `small_epochs` epochs (of ceil(n / batch_size) batches) are shrunk to `small_size` pixels a side
+    (progressive resizing); `first_epoch` starts the count there (a resumed run). Without `augment`:
     the images once, in order. Both standardized by `statistics` (the training set's
     `channel_statistics`)."""
     import tensorflow as tf
 
     batch_size = check_whole("batch_size", batch_size, 1, "Pass e.g. batch_size=512.")
+    small_epochs = check_whole("small_epochs", small_epochs, 0, "Pass 0 to train every epoch at full size.")
+    small_size = check_whole("small_size", small_size, 10, "Pass e.g. 24 (the network needs 10 or more).")
+    first_epoch = check_whole("first_epoch", first_epoch, 0, "Pass the number of epochs already trained.")
     mean, std = statistics
 
     def standardize(x, y):
@@ -174,9 +181,13 @@ def capstone_pipeline(
         x, y, first_pass = batch
         passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
         flip = tf.math.logical_xor(first_pass, passes % 2 == 1) if alternate else None
-        return standardize(flip_and_crop(x, flip=flip), y)
+        x, y = standardize(flip_and_crop(x, flip=flip), y)
+        small = index // steps < small_epochs
+        return tf.cond(small, lambda: tf.image.resize(x, [small_size] * 2, antialias=True), lambda: x), y
 
-    return dataset.batch(batch_size).enumerate().map(augment_batch, num_parallel_calls=2).prefetch(2)
+    steps = -(-len(images) // batch_size)  # one epoch of the stream
+    dataset = dataset.batch(batch_size).enumerate(first_epoch * steps)
+    return dataset.map(augment_batch, num_parallel_calls=2).prefetch(2)
 
 
 TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice

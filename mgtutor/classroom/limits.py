@@ -245,6 +245,8 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
     _whole(p, "EPOCHS", 1, "a count", problems)
+    _whole(p, "FULL_SIZE_EPOCHS", 0, "the last epochs, at full size; EPOCHS or more: all of them", problems)
+    _whole(p, "SMALL_SIZE", 10, "the first epochs' image side; the network needs 10 or more", problems)
     for name in ("TRAIN_SAMPLES", "TEST_SAMPLES"):
         if p.get(name) is not None:
             _whole(p, name, 1, "a count, or None for the whole split", problems)

@@ -145,6 +145,48 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
         capstone_pipeline(images, labels, 0, statistics, augment=True)
 
 
+def test_the_first_epochs_are_shrunk_whole_and_a_resumed_stream_counts_on_from_its_epoch():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, size=(100, 32, 32, 3), dtype=np.uint8)  # 100: not a multiple of the batch
+    labels = np.eye(100, dtype=np.float32)
+    statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
+    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=2, small_size=24)
+    sides = [x.shape[1:3] for x, _ in stream.take(4 * 4)]  # ceil(100 / 32) = 4 steps an epoch
+    assert sides == [(24, 24)] * 8 + [(32, 32)] * 8
+    resumed = capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=2, first_epoch=1)
+    assert [x.shape[1] for x, _ in resumed.take(8)] == [24] * 4 + [32] * 4  # epoch 2 small, epoch 3 full
+    # A small image is one of its 50 augmented 32x32 windows (mirrored or not, 25 offsets) shrunk whole.
+    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=1)
+    ((x_small, y_small),) = stream.take(1)
+    padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
+    for shrunk, index in zip(np.asarray(x_small)[:8], np.argmax(y_small, 1)[:8], strict=True):
+        windows = np.concatenate([_windows(padded[index : index + 1], 32)[0],
+                                  _windows(padded[index : index + 1, :, ::-1], 32)[0]])  # fmt: skip
+        candidates = tf.image.resize((windows.astype(np.float32) - 127.5) / 64.0, [24, 24], antialias=True)
+        assert np.abs(np.asarray(candidates) - shrunk).max(axis=(1, 2, 3)).min() < 1e-5
+    with pytest.raises(ValueError, match="small_size must be a whole number >= 10"):
+        capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=1, small_size=8)
+    with pytest.raises(ValueError, match="first_epoch must be a whole number >= 0"):
+        capstone_pipeline(images, labels, 32, statistics, augment=True, first_epoch=-1)
+
+
+def test_the_network_takes_any_side_and_its_global_pool_is_the_old_3x3_pool_at_32():
+    import keras
+
+    model = build_capstone_cnn(seed=0)
+    rng = np.random.default_rng(3)
+    for side in (10, 16, 24, 32):
+        assert model.predict(rng.normal(size=(2, side, side, 3)), verbose=0).shape == (2, 10)
+    # At 32 the last feature map is 3x3, so the global max is the 3x3 max-pool (and flatten) it replaced.
+    features = keras.Model(model.input, model.get_layer(index=-4).output)  # before the global pool
+    maps = features.predict(rng.normal(size=(2, 32, 32, 3)), verbose=0)
+    assert maps.shape[1:3] == (3, 3)
+    pooled = keras.layers.Flatten()(keras.layers.MaxPooling2D(3)(maps)).numpy()
+    np.testing.assert_array_equal(pooled, maps.max(axis=(1, 2)))
+
+
 def test_the_test_views_mirror_and_shift_by_one_pixel():
     images = np.arange(2 * 4 * 4 * 1, dtype=np.float32).reshape(2, 4, 4, 1)
     assert TTA_WEIGHTS == (2, 2, 1, 1, 1, 1)
