@@ -133,10 +133,13 @@ def capstone_curve(summary: dict[str, Any]) -> str:
         )
     final, accuracy = curve[-1], records["accuracy"]
     source = data["copy"].split(":")[0]
+    sides = records.get("sides", [])  # runs from before progressive resizing have none
+    small = [side for side in sides if side != sides[-1]]
+    shrunk = f" (the first {len(small)} on images shrunk to {small[0]}x{small[0]})" if small else ""
     return (
-        f"Measured by {_run_line(summary, 'make capstone')}: {len(curve)} epochs of {data['train']:,} "
-        f"training images, tested on {data['test']:,} after each ({source}). Minutes of training count "
-        "from the first step, the test after each epoch included.\n\n"
+        f"Measured by {_run_line(summary, 'make capstone')}: {len(curve)} epochs{shrunk} of "
+        f"{data['train']:,} training images, tested on {data['test']:,} after each ({source}). Minutes of "
+        "training count from the first step, the test after each epoch included.\n\n"
         + _table(["minutes of training", *map(str, CAPSTONE_MINUTES)], [["test accuracy by then", *cells]])
         + f"\n\nThe last epoch ended at {final['minutes']:.1f} min with {final['accuracy']:.3f}; the saved "
         f"model reloaded scores {accuracy['reloaded']:.4f}, with test-time flips {accuracy['flips']:.4f}, "

@@ -78,7 +78,7 @@ def test_the_capstone_curve_is_the_same_in_both_files_and_states_its_run():
     assert reached and all(CHANCE + 0.02 < values[0] <= 1 for values in reached)
 
 
-def _capstone_summary(minutes) -> dict:
+def _capstone_summary(minutes, sides=None) -> dict:
     ends = (4.3, 8.4, 12.5, 16.6, 20.7)
     curve = [{"epoch": i + 1, "minutes": m, "accuracy": 0.5 + 0.05 * i} for i, m in enumerate(ends)]
     return {
@@ -89,7 +89,8 @@ def _capstone_summary(minutes) -> dict:
                        "end_rss_mb": 900, "parameters": {"MINUTES": minutes},
                        "records": {"data": {"train": 50000, "test": 10000, "copy": "a JPEG-once copy: close"},
                                    "curve": curve,
-                                   "accuracy": {"reloaded": 0.7, "flips": 0.71, "augmented": 0.72}}}],
+                                   "accuracy": {"reloaded": 0.7, "flips": 0.71, "augmented": 0.72},
+                                   **({"sides": sides} if sides else {})}}],
     }  # fmt: skip
 
 
@@ -108,6 +109,11 @@ def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, cap
     assert parse_table(text)["test accuracy by then"] == [
         "0.500 (epoch 1)", "0.550 (epoch 2)", "0.650 (epoch 4)", "0.700 (epoch 5)"]
     assert "ended at 20.7 min with 0.700" in text and "one-pixel shifts 0.7200" in text
+    assert "5 epochs of 50,000" in text  # a run from before progressive resizing: no sides recorded
+    path.write_text(json.dumps(_capstone_summary(None, sides=[24, 24, 32, 32, 32])))
+    main([str(path), "--root", str(tmp_path)])
+    assert "5 epochs (the first 2 on images shrunk to 24x24) of 50,000" in block(
+        (tmp_path / "README.md").read_text(), "capstone")
     path.write_text(json.dumps(_capstone_summary(2)))  # a budget of minutes: not the whole recipe
     with pytest.raises(SystemExit) as refused:
         main([str(path), "--root", str(tmp_path)])
