@@ -144,7 +144,19 @@ def capstone_curve(summary: dict[str, Any]) -> str:
         + f"\n\nThe last epoch ended at {final['minutes']:.1f} min with {final['accuracy']:.3f}; the saved "
         f"model reloaded scores {accuracy['reloaded']:.4f}, with test-time flips {accuracy['flips']:.4f}, "
         f"with flips and one-pixel shifts {accuracy['augmented']:.4f}."
+        + _epoch_minutes(records.get("minutes_per_epoch", {}))
     )
+
+
+def _epoch_minutes(per_side: dict[str, float]) -> str:
+    """' An epoch took (median, its test included) 2.37 min on 24x24 images, 3.71 min on 32x32 images.'"""
+    if len(per_side) < 2:
+        return ""
+    parts = [
+        f"{minutes:.2f} min on {side}x{side} images"
+        for side, minutes in sorted(per_side.items(), key=lambda kv: int(kv[0]))
+    ]
+    return " An epoch took (median, its test included) " + ", ".join(parts) + "."
 
 
 GENERATORS: dict[str, Callable[[dict], str]] = {

@@ -110,10 +110,14 @@ def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, cap
         "0.500 (epoch 1)", "0.550 (epoch 2)", "0.650 (epoch 4)", "0.700 (epoch 5)"]
     assert "ended at 20.7 min with 0.700" in text and "one-pixel shifts 0.7200" in text
     assert "5 epochs of 50,000" in text  # a run from before progressive resizing: no sides recorded
-    path.write_text(json.dumps(_capstone_summary(None, sides=[24, 24, 32, 32, 32])))
+    assert "An epoch took" not in text
+    summary = _capstone_summary(None, sides=[24, 24, 32, 32, 32])
+    summary["notebooks"][0]["records"]["minutes_per_epoch"] = {"32": 3.712, "24": 2.371}
+    path.write_text(json.dumps(summary))
     main([str(path), "--root", str(tmp_path)])
-    assert "5 epochs (the first 2 on images shrunk to 24x24) of 50,000" in block(
-        (tmp_path / "README.md").read_text(), "capstone")
+    text = block((tmp_path / "README.md").read_text(), "capstone")
+    assert "5 epochs (the first 2 on images shrunk to 24x24) of 50,000" in text
+    assert "took (median, its test included) 2.37 min on 24x24 images, 3.71 min on 32x32 images." in text
     path.write_text(json.dumps(_capstone_summary(2)))  # a budget of minutes: not the whole recipe
     with pytest.raises(SystemExit) as refused:
         main([str(path), "--root", str(tmp_path)])
