@@ -12,16 +12,15 @@ subset of `--train` CIFAR-10 images for `--epochs` epochs (the first `--small-ep
 images shrunk to 24x24, as the lesson's first epochs), `--repeats` times with other seeds,
 the variants in turn; each is tested on the whole test set, and its training minutes are shown
 (the one variant whose point is time, not accuracy, is progressive resizing). A difference
-counts only where it
-exceeds the spread of the repeats. Test-time augmentation needs no training: it is read from
-the whole recipe's own models. Accuracies do not depend on the load of the machine.
+counts only where it exceeds the spread of the repeats. Test-time augmentation needs no
+training: it is read from the whole recipe's own models. Accuracies do not depend on the load of the machine.
 
 `speed` times the training step on one batch (after an untimed one that traces and compiles
 it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, with and without
 XLA (without only, on several devices: XLA cannot compile the strategy's step over logical
 devices), and at the smaller image sides of progressive resizing. Run it on a quiet machine.
-`ablations` reads `MGTUTOR_DATA_DIR` like the tests (the
-synthetic stand-in without it); `speed` trains on random images.
+`ablations` reads `MGTUTOR_DATA_DIR` like the tests (the synthetic stand-in without it); `speed`
+trains on random images.
 
 `comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each,
 epoch by epoch, and tests after each epoch on the whole test set (the minutes include it), as
@@ -137,7 +136,7 @@ def ablations(args) -> None:
             result = train_variant(data, options, args.epochs, args.batch, seed, args.small_epochs)
             runs.setdefault(name, []).append(result)
             print(
-                f"  seed {seed}  {name:38s} {result['plain']:.4f}  ({result['minutes']:.1f} min)", flush=True
+                f"  seed {seed}  {name:47s} {result['plain']:.4f}  ({result['minutes']:.1f} min)", flush=True
             )
     whole = runs["whole recipe"]
     rows = [(name, [r["plain"] for r in results], [r["minutes"] for r in results])
