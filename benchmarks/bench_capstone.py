@@ -8,12 +8,13 @@ Two studies, each in its own process (run from the repository root)::
     python benchmarks/bench_capstone.py comparisons          # the seeds' recipes, for --minutes each
 
 `ablations` trains the whole recipe and, for each trick, the recipe without it, on a balanced
-subset of `--train` CIFAR-10 images for `--epochs` epochs (the first `--small-epochs` of them on
-images shrunk to 24x24, as the lesson's first epochs), `--repeats` times with other seeds,
-the variants in turn; each is tested on the whole test set, and its training minutes are shown
-(the one variant whose point is time, not accuracy, is progressive resizing). A difference
-counts only where it exceeds the spread of the repeats. Test-time augmentation needs no
-training: it is read from the whole recipe's own models. Accuracies do not depend on the load of the machine.
+subset of `--train` CIFAR-10 images for `--epochs` epochs (all but the last `--full-size-epochs`
+of them on images shrunk as the lesson's first epochs, by its rule `epoch_sides`: 24x24 for
+one), `--repeats` times with other seeds, the variants in turn; each is tested on the whole test
+set, and its training minutes are shown (the one variant whose point is time, not accuracy, is
+progressive resizing). A difference counts only where it exceeds the spread of the repeats.
+Test-time augmentation needs no training: it is read from the whole recipe's own models.
+Accuracies do not depend on the load of the machine.
 
 `speed` times the training step on one batch (after an untimed one that traces and compiles
 it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, with and without
@@ -48,8 +49,10 @@ ABLATIONS = {
     "no label smoothing": {"label_smoothing": 0.0},
     "no warm-up (starts at the peak)": {"warmup": False},
     "random flips, not alternating": {"alternate": False},
-    "no progressive resizing (every epoch at 32x32)": {"small_epochs": 0},
+    "no progressive resizing (every epoch at 32x32)": {"sides": []},
+    "no lookahead": {"lookahead": False},
 }
+SMALL_SIZES = [16, 24, 24, 24]  # the lesson's
 SPEEDS = {  # precision, XLA, image side
     "float32, XLA": ("float32", True, 32),
     "float32, no XLA": ("float32", False, 32),
@@ -68,7 +71,7 @@ def _setup(devices: int):
     return mgtutor
 
 
-def train_variant(data, options: dict, epochs: int, batch: int, seed: int, small_epochs: int = 0) -> dict:
+def train_variant(data, options: dict, epochs: int, batch: int, seed: int, sides: list[int] = ()) -> dict:
     """One training run of the recipe with `options` changed; test accuracy plain and with test views."""
     import keras
     import numpy as np
@@ -78,6 +81,7 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int, small
         build_capstone_cnn,
         capstone_pipeline,
         channel_statistics,
+        lookahead,
         one_cycle,
         tta_view,
     )
@@ -88,7 +92,7 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int, small
     y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
     train = capstone_pipeline(
         data.x_train, y_train, batch, stats, augment=True, seed=seed,
-        alternate=options.get("alternate", True), small_epochs=options.get("small_epochs", small_epochs),
+        alternate=options.get("alternate", True), sides=options.get("sides", sides),
     )
     test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
     sample = (data.x_train[:2000].astype(np.float32) - stats[0]) / stats[1]
@@ -107,7 +111,9 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int, small
                           from_logits=True, label_smoothing=options.get("label_smoothing", 0.2)),
                       jit_compile=True)  # fmt: skip
     start = time.perf_counter()
-    model.fit(train, epochs=epochs, steps_per_epoch=-(-len(data.x_train) // batch), verbose=0)
+    callbacks = [lookahead(total)] if options.get("lookahead", True) else []
+    steps = -(-len(data.x_train) // batch)
+    model.fit(train, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     minutes = (time.perf_counter() - start) / 60
     views = len(TTA_WEIGHTS) if options.get("views", False) else 1  # the whole recipe's only: 5 more passes
     logits = [
@@ -127,13 +133,16 @@ def ablations(args) -> None:
     mgtutor = _setup(1)
     data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train, None, seed=0)
     print(data.summary())
-    print(f"{args.epochs} epochs of {len(data.y_train):,} images ({args.small_epochs} at 24x24), "
+    from mgtutor.capstone import epoch_sides
+
+    sides = epoch_sides(args.epochs, args.full_size_epochs, SMALL_SIZES, data.input_shape[0])
+    print(f"{args.epochs} epochs of {len(data.y_train):,} images (sides {sides}), "
           f"batch {args.batch}; "
           f"{args.repeats} repeats (seeds 0..{args.repeats - 1}), variants in turn", flush=True)  # fmt: skip
     runs: dict[str, list[dict]] = {}
     for seed in range(args.repeats):
         for name, options in ABLATIONS.items():
-            result = train_variant(data, options, args.epochs, args.batch, seed, args.small_epochs)
+            result = train_variant(data, options, args.epochs, args.batch, seed, sides)
             runs.setdefault(name, []).append(result)
             print(
                 f"  seed {seed}  {name:47s} {result['plain']:.4f}  ({result['minutes']:.1f} min)", flush=True
@@ -284,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("study", choices=("ablations", "speed", "comparisons"))
     parser.add_argument("--train", type=int, default=8_000, help="training images (ablations)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs (ablations)")
-    parser.add_argument("--small-epochs", type=int, default=1, help="of them, at 24x24 (ablations)")
+    parser.add_argument("--full-size-epochs", type=int, default=2, help="the last, at 32x32 (ablations)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512, help="global batch, as the lesson's")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
@@ -295,8 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("train", "epochs", "repeats", "batch", "steps", "devices"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.small_epochs <= args.epochs:
-        parser.error(f"--small-epochs must be from 0 to --epochs ({args.epochs}), got {args.small_epochs}")
+    if args.full_size_epochs < 0:
+        parser.error(f"--full-size-epochs must be >= 0, got {args.full_size_epochs}")
     if args.batch % args.devices:
         parser.error(f"--batch {args.batch} must split evenly over --devices {args.devices}")
     if args.minutes <= 0:

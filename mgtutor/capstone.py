@@ -8,6 +8,7 @@ Importing this module does not import TensorFlow.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -144,25 +145,38 @@ def flip_and_crop(padded: Any, pad: int = 2, flip: Any = None) -> Any:
     return tf.gather(images, columns, axis=2, batch_dims=1)
 
 
+def epoch_sides(epochs: int, full_size_epochs: int, small_sizes: Sequence[int], full_size: int) -> list[int]:
+    """The image side of each of `epochs` epochs: the last `full_size_epochs` at `full_size`, the ones
+    before them the last entries of `small_sizes` (its first repeated if there are more of them).
+
+    ``epoch_sides(7, 3, [16, 24, 24, 24], 32)`` is ``[16, 24, 24, 24, 32, 32, 32]``; with fewer
+    epochs the first sizes go (``epoch_sides(4, 3, ...)`` is ``[24, 32, 32, 32]``).
+    """
+    epochs = check_whole("epochs", epochs, 1, "Pass e.g. 7.")
+    full_size_epochs = check_whole("full_size_epochs", full_size_epochs, 0, "Pass e.g. 3.")
+    small = max(0, epochs - full_size_epochs) if len(small_sizes) else 0
+    widened = list(small_sizes[:1]) * max(0, small - len(small_sizes)) + list(small_sizes)
+    return [int(side) for side in widened[len(widened) - small :]] + [full_size] * (epochs - small)
+
+
 def capstone_pipeline(
     images: np.ndarray, labels: np.ndarray, batch_size: int, statistics: tuple[np.ndarray, np.ndarray], *,
-    augment: bool, seed: int = 0, alternate: bool = True, small_epochs: int = 0, small_size: int = 24,
-    first_epoch: int = 0,
+    augment: bool, seed: int = 0, alternate: bool = True, sides: Sequence[int] = (), first_epoch: int = 0,
 ) -> Any:  # fmt: skip
     """Notebook 13's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
     reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
     each batch flipped and cropped by `flip_and_crop`. The flips alternate (airbench's): half the
     images, drawn once, are mirrored in odd passes, the other half in even ones (``alternate=False``:
-    each image with probability 1/2 every time, the ablation). The batches of the first
-    `small_epochs` epochs (of ceil(n / batch_size) batches) are shrunk to `small_size` pixels a side
-    (progressive resizing); `first_epoch` starts the count there (a resumed run). Without `augment`:
-    the images once, in order. Both standardized by `statistics` (the training set's
-    `channel_statistics`)."""
+    each image with probability 1/2 every time, the ablation). Epoch i's batches (of
+    ceil(n / batch_size)) are shrunk to ``sides[i]`` pixels a side (progressive resizing,
+    `epoch_sides`); epochs past the end of `sides` keep the images' own size. `first_epoch` starts
+    the count there (a resumed run). Without `augment`: the images once, in order. Both
+    standardized by `statistics` (the training set's `channel_statistics`)."""
     import tensorflow as tf
 
     batch_size = check_whole("batch_size", batch_size, 1, "Pass e.g. batch_size=512.")
-    small_epochs = check_whole("small_epochs", small_epochs, 0, "Pass 0 to train every epoch at full size.")
-    small_size = check_whole("small_size", small_size, 10, "Pass e.g. 24 (the network needs 10 or more).")
+    sides = [check_whole(f"sides[{i}]", side, 10, "Pass sides of 10 or more (the network's least).")
+             for i, side in enumerate(sides)]  # fmt: skip
     first_epoch = check_whole("first_epoch", first_epoch, 0, "Pass the number of epochs already trained.")
     mean, std = statistics
 
@@ -176,18 +190,53 @@ def capstone_pipeline(
     first = np.random.default_rng(seed).random(len(images)) < 0.5  # mirrored in the first pass
     dataset = tf.data.Dataset.from_tensor_slices((padded, labels, first))
     dataset = dataset.shuffle(len(images), seed=seed).repeat()
+    full = images.shape[1]
+    side_of_epoch = tf.constant([*sides, full], tf.int32)  # the last entry: every later epoch
 
     def augment_batch(index, batch):
         x, y, first_pass = batch
         passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
         flip = tf.math.logical_xor(first_pass, passes % 2 == 1) if alternate else None
         x, y = standardize(flip_and_crop(x, flip=flip), y)
-        small = index // steps < small_epochs
-        return tf.cond(small, lambda: tf.image.resize(x, [small_size] * 2, antialias=True), lambda: x), y
+        side = side_of_epoch[tf.minimum(index // steps, len(sides))]
+        return tf.cond(side != full, lambda: tf.image.resize(x, [side, side], antialias=True), lambda: x), y
 
     steps = -(-len(images) // batch_size)  # one epoch of the stream
     dataset = dataset.batch(batch_size).enumerate(first_epoch * steps)
     return dataset.map(augment_batch, num_parallel_calls=2).prefetch(2)
+
+
+def lookahead(total_steps: int, every: int = 5, strength: float = 0.95**5) -> keras.callbacks.Callback:
+    """Notebook 13's lookahead (airbench's), a callback: every `every` steps the weights (BatchNorm's
+    statistics too) move to an average that lags behind them, and take its value. The average's decay
+    grows as ``strength * (step / total_steps) ** 3``: none early, strong as the rate falls. At step
+    `total_steps` the model takes the average itself. Put it after `BackupAndRestore` in the list."""
+    import keras
+
+    total_steps = check_whole("total_steps", total_steps, 1, "Pass the run's number of steps.")
+    every = check_whole("every", every, 1, "Pass e.g. 5.")
+
+    class Lookahead(keras.callbacks.Callback):
+        pulls = 0  # how many times the weights took the average's value
+
+        def on_train_begin(self, logs=None):
+            self.average = self.model.get_weights()  # a resumed run starts from the restored weights
+            self.step = int(self.model.optimizer.iterations.numpy())
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step += 1
+            if self.step == total_steps:
+                self.pull(1.0)  # the average unmoved: the model takes it
+            elif self.step % every == 0:
+                self.pull(strength * (self.step / total_steps) ** 3)
+
+        def pull(self, decay: float) -> None:
+            weights = self.model.get_weights()
+            self.average = [a + (1 - decay) * (w - a) for a, w in zip(self.average, weights, strict=True)]
+            self.model.set_weights(self.average)
+            self.pulls += 1
+
+    return Lookahead()
 
 
 TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice

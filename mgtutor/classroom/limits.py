@@ -246,7 +246,10 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
     _whole(p, "EPOCHS", 1, "a count", problems)
     _whole(p, "FULL_SIZE_EPOCHS", 0, "the last epochs, at full size; EPOCHS or more: all of them", problems)
-    _whole(p, "SMALL_SIZE", 10, "the first epochs' image side; the network needs 10 or more", problems)
+    sizes = p.get("SMALL_SIZES")
+    if not (isinstance(sizes, list | tuple) and all(is_whole(side) and side >= 10 for side in sizes)):
+        problems.append(f"SMALL_SIZES must be a list of image sides >= 10 (the network needs 10 or more), "
+                        f"e.g. [16, 24], or [] for every epoch at full size, got {sizes!r}.")  # fmt: skip
     for name in ("TRAIN_SAMPLES", "TEST_SAMPLES"):
         if p.get(name) is not None:
             _whole(p, name, 1, "a count, or None for the whole split", problems)
@@ -262,6 +265,8 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _within(p, "WARMUP_FRACTION", 0.0, 1.0, problems)
     _within(p, "LABEL_SMOOTHING", 0.0, 1.0, problems)
     _within(p, "WEIGHT_DECAY", 0.0, None, problems)
+    if p.get("LOOKAHEAD") not in (True, False):
+        problems.append(f"LOOKAHEAD must be True or False, got {p.get('LOOKAHEAD')!r}.")
     if p.get("XLA") not in (None, True, False):
         problems.append(f"XLA must be None (on for one device), True or False, got {p['XLA']!r}.")
     elif p.get("XLA") is True and devices and p["N_DEVICES"] > 1:

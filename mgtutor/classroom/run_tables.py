@@ -10,6 +10,7 @@ and machine, so no figure there is typed by hand.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -134,8 +135,11 @@ def capstone_curve(summary: dict[str, Any]) -> str:
     final, accuracy = curve[-1], records["accuracy"]
     source = data["copy"].split(":")[0]
     sides = records.get("sides", [])  # runs from before progressive resizing have none
-    small = [side for side in sides if side != sides[-1]]
-    shrunk = f" (the first {len(small)} on images shrunk to {small[0]}x{small[0]})" if small else ""
+    groups = [(side, len(list(run))) for side, run in itertools.groupby(sides)]  # in order: 16, 24, 32
+    shrunk = "" if len(groups) < 2 else (
+        " (" + ", ".join(f"{n} on {side}x{side} images" for side, n in groups[:-1])
+        + f", then {groups[-1][1]} at full size)"
+    )  # fmt: skip
     return (
         f"Measured by {_run_line(summary, 'make capstone')}: {len(curve)} epochs{shrunk} of "
         f"{data['train']:,} training images, tested on {data['test']:,} after each ({source}). Minutes of "

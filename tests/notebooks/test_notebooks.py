@@ -26,6 +26,7 @@ from pathlib import Path
 import papermill
 import pytest
 
+from mgtutor.capstone import epoch_sides
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
 from mgtutor.records import read_records
 from mgtutor.training.netns import availability
@@ -83,7 +84,7 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     # XLA at its default: off on 2 devices (XLA=True is refused there; its one-device step is unit-tested).
     # 1,000 images: 16 whole batches of 64 an epoch from the endless stream (the 16th reaches past 1,000).
     "13_capstone": {"TRAIN_SAMPLES": 1000, "TEST_SAMPLES": 256, "EPOCHS": 3, "FULL_SIZE_EPOCHS": 1,
-                    "BATCH_SIZE": 64},  # epochs 1-2 on small images, epoch 3 full size
+                    "BATCH_SIZE": 64},  # epochs 1-2 at 24x24 (SMALL_SIZES' last two), epoch 3 full size
     "13_capstone_solutions": {"BATCH_SIZE": 64, "TIMED_STEPS": 2},
     # Solutions: 1 step and 3 steps show the growth; 2 steps of 4 and of 16 images per replica.
     "04_multi_gpu_wrapping_solutions": {"PARITY_STEPS": 3},
@@ -532,8 +533,11 @@ def _(records: dict, p: dict) -> None:
         assert min(p["BATCH_SIZE"], p["TEST_SAMPLES"]) <= tested <= p["TEST_SAMPLES"]
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
-    small = max(0, p["EPOCHS"] - p["FULL_SIZE_EPOCHS"])
-    assert records["sides"] == [p["SMALL_SIZE"]] * small + [32] * (p["EPOCHS"] - small)  # epoch by epoch
+    # epoch by epoch, from the stream itself: the package's rule (unit-tested) gives the same sides
+    assert records["sides"] == epoch_sides(p["EPOCHS"], p["FULL_SIZE_EPOCHS"], p["SMALL_SIZES"], 32)
+    if p["LOOKAHEAD"]:  # every 5th step, and the last step (which takes the average) once
+        total = schedule["total_steps"]
+        assert records["lookahead"] == {"pulls": -(-total // 5), "last_step": total}
     assert set(records["minutes_per_epoch"]) == {str(side) for side in records["sides"]}
     if p["MINUTES"] is not None:
         assert set(records["budget"]["rates"]) == {str(side) for side in records["sides"]}

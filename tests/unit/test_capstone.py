@@ -10,7 +10,9 @@ from mgtutor.capstone import (
     TTA_WEIGHTS,
     build_capstone_cnn,
     capstone_pipeline,
+    epoch_sides,
     flip_and_crop,
+    lookahead,
     one_cycle,
     start_as_identity,
     tta_view,
@@ -152,13 +154,13 @@ def test_the_first_epochs_are_shrunk_whole_and_a_resumed_stream_counts_on_from_i
     images = rng.integers(0, 256, size=(100, 32, 32, 3), dtype=np.uint8)  # 100: not a multiple of the batch
     labels = np.eye(100, dtype=np.float32)
     statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
-    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=2, small_size=24)
+    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[16, 24])
     sides = [x.shape[1:3] for x, _ in stream.take(4 * 4)]  # ceil(100 / 32) = 4 steps an epoch
-    assert sides == [(24, 24)] * 8 + [(32, 32)] * 8
-    resumed = capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=2, first_epoch=1)
+    assert sides == [(16, 16)] * 4 + [(24, 24)] * 4 + [(32, 32)] * 8
+    resumed = capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[16, 24], first_epoch=1)
     assert [x.shape[1] for x, _ in resumed.take(8)] == [24] * 4 + [32] * 4  # epoch 2 small, epoch 3 full
     # A small image is one of its 50 augmented 32x32 windows (mirrored or not, 25 offsets) shrunk whole.
-    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=1)
+    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[24])
     ((x_small, y_small),) = stream.take(1)
     padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
     for shrunk, index in zip(np.asarray(x_small)[:8], np.argmax(y_small, 1)[:8], strict=True):
@@ -166,10 +168,50 @@ def test_the_first_epochs_are_shrunk_whole_and_a_resumed_stream_counts_on_from_i
                                   _windows(padded[index : index + 1, :, ::-1], 32)[0]])  # fmt: skip
         candidates = tf.image.resize((windows.astype(np.float32) - 127.5) / 64.0, [24, 24], antialias=True)
         assert np.abs(np.asarray(candidates) - shrunk).max(axis=(1, 2, 3)).min() < 1e-5
-    with pytest.raises(ValueError, match="small_size must be a whole number >= 10"):
-        capstone_pipeline(images, labels, 32, statistics, augment=True, small_epochs=1, small_size=8)
+    with pytest.raises(ValueError, match=r"sides\[1\] must be a whole number >= 10"):
+        capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[16, 8])
     with pytest.raises(ValueError, match="first_epoch must be a whole number >= 0"):
         capstone_pipeline(images, labels, 32, statistics, augment=True, first_epoch=-1)
+
+
+def test_each_epochs_side_keeps_the_last_full_size_epochs_and_drops_the_first_small_sizes():
+    assert epoch_sides(7, 3, [16, 24, 24, 24], 32) == [16, 24, 24, 24, 32, 32, 32]  # the lesson's default
+    assert epoch_sides(4, 3, [16, 24, 24, 24], 32) == [24, 32, 32, 32]  # fewer epochs: the first sizes go
+    assert epoch_sides(2, 3, [16, 24], 32) == [32, 32]  # fewer than FULL_SIZE_EPOCHS: all full size
+    assert epoch_sides(5, 1, [16, 24], 32) == [16, 16, 16, 24, 32]  # more: the first size again
+    assert epoch_sides(3, 0, [], 32) == [32, 32, 32]  # no small sizes
+    with pytest.raises(ValueError, match="epochs must be a whole number >= 1"):
+        epoch_sides(0, 3, [16], 32)
+
+
+def test_lookahead_pulls_every_fifth_step_and_ends_on_its_average():
+    import keras
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(7 * 8, 4)).astype(np.float32)  # 7 batches of 8: the last step is not a 5th
+    y = x @ rng.normal(size=(4, 1)).astype(np.float32)
+
+    def trained(steps: int, callbacks: list) -> tuple[list, list]:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization(),
+                                  keras.layers.Dense(1)])  # fmt: skip
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        start = model.get_weights()
+        model.fit(x[: 8 * steps], y[: 8 * steps], batch_size=8, shuffle=False, verbose=0, callbacks=callbacks)
+        return start, model.get_weights()
+
+    callback = lookahead(total_steps=7)
+    start, final = trained(7, [callback])
+    _, plain = trained(5, [])  # the same five steps without lookahead
+    assert callback.pulls == 2  # at step 5 (a multiple of 5) and at step 7 (the last)
+    decay = 0.95**5 * (5 / 7) ** 3
+    # No pull before step 5, so its average moved from the start by (1 - decay) of the plain run's way.
+    # The last pull (decay 1) leaves the average there: the model ends on it, BatchNorm's statistics too.
+    for begun, ended, without in zip(start, final, plain, strict=True):
+        np.testing.assert_allclose(ended, begun + (1 - decay) * (without - begun), rtol=0, atol=1e-6)
+    assert any(not np.allclose(b, w) for b, w in zip(start, plain, strict=True))  # the steps moved weights
+    with pytest.raises(ValueError, match="total_steps must be a whole number >= 1"):
+        lookahead(total_steps=0)
 
 
 def test_the_network_takes_any_side_and_its_global_pool_is_the_old_3x3_pool_at_32():

@@ -100,8 +100,13 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"XLA must be None \(on for one device\), True or False, got 'yes'"):
         lesson_plan("13_capstone", {**p13, "XLA": "yes"})
     assert lesson_plan("13_capstone", {**p13, "N_DEVICES": 2}) == {}  # the default: XLA off there
-    with pytest.raises(ValueError, match=r"SMALL_SIZE must be a whole number >= 10 \(.*10 or more\), got 8"):
-        lesson_plan("13_capstone", {**p13, "SMALL_SIZE": 8})
+    with pytest.raises(ValueError, match=r"SMALL_SIZES must be a list of image sides >= 10 .* \[16, 8\]"):
+        lesson_plan("13_capstone", {**p13, "SMALL_SIZES": [16, 8]})
+    with pytest.raises(ValueError, match=r"SMALL_SIZES must be a list .*, got 24"):
+        lesson_plan("13_capstone", {**p13, "SMALL_SIZES": 24})
+    with pytest.raises(ValueError, match=r"LOOKAHEAD must be True or False, got 'yes'"):
+        lesson_plan("13_capstone", {**p13, "LOOKAHEAD": "yes"})
+    assert lesson_plan("13_capstone", {**p13, "SMALL_SIZES": []}) == {}  # every epoch at full size
     with pytest.raises(ValueError, match=r"FULL_SIZE_EPOCHS must be a whole number >= 0 .*, got -1"):
         lesson_plan("13_capstone", {**p13, "FULL_SIZE_EPOCHS": -1})
     assert lesson_plan("13_capstone", {**p13, "EPOCHS": 1}) == {}  # under FULL_SIZE_EPOCHS: all full size

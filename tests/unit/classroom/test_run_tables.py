@@ -116,8 +116,15 @@ def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, cap
     path.write_text(json.dumps(summary))
     main([str(path), "--root", str(tmp_path)])
     text = block((tmp_path / "README.md").read_text(), "capstone")
-    assert "5 epochs (the first 2 on images shrunk to 24x24) of 50,000" in text
+    assert "5 epochs (2 on 24x24 images, then 3 at full size) of 50,000" in text
     assert "took (median, its test included) 2.37 min on 24x24 images, 3.71 min on 32x32 images." in text
+    summary = _capstone_summary(None, sides=[16, 24, 24, 32, 32])  # two small sizes, in order
+    summary["notebooks"][0]["records"]["minutes_per_epoch"] = {"32": 3.712, "24": 2.371, "16": 0.9}
+    path.write_text(json.dumps(summary))
+    main([str(path), "--root", str(tmp_path)])
+    text = block((tmp_path / "README.md").read_text(), "capstone")
+    assert "5 epochs (1 on 16x16 images, 2 on 24x24 images, then 2 at full size) of 50,000" in text
+    assert "0.90 min on 16x16 images, 2.37 min on 24x24 images, 3.71 min on 32x32 images." in text
     path.write_text(json.dumps(_capstone_summary(2)))  # a budget of minutes: not the whole recipe
     with pytest.raises(SystemExit) as refused:
         main([str(path), "--root", str(tmp_path)])
