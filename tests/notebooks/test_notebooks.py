@@ -84,7 +84,7 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     # XLA at its default: off on 2 devices (XLA=True is refused there; its one-device step is unit-tested).
     # 1,000 images: 16 whole batches of 64 an epoch from the endless stream (the 16th reaches past 1,000).
     "13_capstone": {"TRAIN_SAMPLES": 1000, "TEST_SAMPLES": 256, "EPOCHS": 3, "FULL_SIZE_EPOCHS": 1,
-                    "BATCH_SIZE": 64},  # epochs 1-2 at 24x24 (SMALL_SIZES' last two), epoch 3 full size
+                    "SMALL_SIZES": [16, 24], "BATCH_SIZE": 64},  # epoch 1 at 16x16, 2 at 24x24, 3 full size
     "13_capstone_solutions": {"BATCH_SIZE": 64, "TIMED_STEPS": 2},
     # Solutions: 1 step and 3 steps show the growth; 2 steps of 4 and of 16 images per replica.
     "04_multi_gpu_wrapping_solutions": {"PARITY_STEPS": 3},
