@@ -1,8 +1,10 @@
 """The capstone's recipe (notebook 13), lifted from its cells for its solutions and its benchmark.
 
 `whitening_filters` computes the first layer from the data, `build_capstone_cnn` builds the
-network (airbench's, in Keras), `one_cycle` its learning-rate schedule, and `tta_view` the
-test-time augmentation. Notebook 13 writes each out in cells; this is the same code, once.
+network (airbench's, in Keras), `one_cycle` its learning-rate schedule, `epoch_sides` and
+`capstone_pipeline` its input (progressive resizing), `lookahead` its weight averaging, and
+`tta_view` the test-time augmentation. Notebook 13 writes each out in cells; this is the same
+code, once.
 Importing this module does not import TensorFlow.
 """
 
