@@ -332,7 +332,7 @@ def build_xception(
 
 
 MODEL_BUILDERS: dict[str, Callable[..., Any]] = {
-    "capstone_cnn": build_capstone_cnn,  # notebook 13's, from mgtutor.capstone
+    "capstone_cnn": build_capstone_cnn,  # notebook 16's, from mgtutor.capstone
     "seed_cnn": build_seed_cnn,
     "lenet": build_lenet,
     "minigooglenet": build_minigooglenet,

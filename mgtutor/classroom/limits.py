@@ -241,7 +241,7 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
         problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
 
 
-@_lesson("13_capstone")
+@_lesson("16_capstone")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
     _whole(p, "EPOCHS", 1, "a count", problems)

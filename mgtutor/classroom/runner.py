@@ -34,7 +34,7 @@ KERNEL_ARGUMENTS = (
     "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
 )
 # What the series runs with unless told otherwise, for the lessons that have the parameter: the
-# capstone (13) trains its whole recipe by default, about 20 minutes; in the series it gets a
+# capstone (16) trains its whole recipe by default, about 20 minutes; in the series it gets a
 # classroom budget of minutes (`make run MINUTES=None` trains it whole; `make capstone` does).
 SERIES_DEFAULTS = {"MINUTES": 2}
 # A cell still running after this long is stopped and the lesson reported failed: a deadlocked

@@ -1,4 +1,4 @@
-"""mgtutor.capstone: notebook 13's recipe lifted into the package (whitening, network, schedule, views)."""
+"""mgtutor.capstone: notebook 16's recipe lifted into the package (whitening, network, schedule, views)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
     images = _correlated_images()
     kernel = whitening_filters(images)
     model = build_capstone_cnn(whiten_with=images, seed=0)
-    assert model.count_params() == 570_296  # notebook 13's count, asserted by its checks too
+    assert model.count_params() == 570_296  # notebook 16's count, asserted by its checks too
     assert not model.get_layer("whitening").trainable
     np.testing.assert_array_equal(model.get_layer("whitening").kernel.numpy(), kernel)
     convolutions = [
