@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,14 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
     Being a ``ProgbarLogger``, it replaces Keras's bar whatever `verbose` is (Keras
     adds its own only when none is given); ``verbose=0`` says so in the call.
     Only ``fit`` shows anything: ``evaluate`` and ``predict`` stay silent.
-    ``time_left=True`` ends each line with the minutes the whole ``fit`` has left,
-    at the pace of the steps so far (evaluation included).
+    ``time_left=True`` ends each line with the minutes the whole ``fit`` has left
+    (evaluation included), and keeps what each epoch's last line said in
+    ``minutes_left`` (epoch number -> minutes) and each epoch's seconds in
+    ``epoch_seconds``. An epoch to come is expected to last as long as the last
+    finished epoch of its kind: `epoch_kinds` gives one label per epoch (e.g. the
+    image side of progressive resizing; None: all alike). Before any epoch of its
+    kind has finished, the mean of the finished epochs (the epoch under way: the
+    pace of its own steps); before any, the pace of the steps so far.
     """
 
     def __init__(
@@ -62,8 +69,16 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         live: bool | None = None,
         update_seconds: float = DEFAULT_UPDATE_SECONDS,
         time_left: bool = False,
+        epoch_kinds: Sequence[Hashable] | None = None,
     ) -> None:
         super().__init__()
+        if epoch_kinds is not None and (
+            isinstance(epoch_kinds, str) or not isinstance(epoch_kinds, Sequence)
+        ):
+            raise ValueError(
+                f"epoch_kinds must be a list with one label per epoch, or None, got {epoch_kinds!r}."
+            )
+        self.epoch_kinds = None if epoch_kinds is None else list(epoch_kinds)
         if live is not None and not isinstance(live, bool):
             raise ValueError(f"live must be True, False or None (decide from the session), got {live!r}.")
         if not isinstance(time_left, bool):
@@ -83,15 +98,20 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         self._started = self._shown = 0.0
         self._epoch = 0
         self._fit_started, self._first_epoch = 0.0, None
+        self.minutes_left: dict[int, float] = {}  # epoch number -> what its last line said
+        self.epoch_seconds: dict[int, float] = {}  # epoch number -> seconds, its evaluation included
 
     # Keras calls this with fit's verbose, epochs and steps; verbose does not apply here.
     def set_params(self, params: dict[str, Any]) -> None:
         self.params = params
         self.epochs = params.get("epochs") or 1
         self.target = params.get("steps")
+        if self.epoch_kinds is not None and len(self.epoch_kinds) < self.epochs:
+            raise ValueError(f"epoch_kinds has {len(self.epoch_kinds)} labels for {self.epochs} epochs: "
+                             "give one label per epoch.")  # fmt: skip
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self.lines = []
+        self.lines, self.minutes_left, self.epoch_seconds = [], {}, {}
         self._fit_started = time.perf_counter()
         self._first_epoch = None  # a resumed fit (BackupAndRestore) begins at a later epoch
         self._live = in_jupyter() if self.live is None else self.live
@@ -112,17 +132,35 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         return " - ".join(parts + ([figures] if figures else []) + self._left(step))
 
     def _left(self, step: int | None) -> list[str]:
-        """``["about 3.2 min left"]`` at the pace since `fit` began; [] when not asked or not yet known."""
-        done = self._epoch - 1 - (self._first_epoch or 0)  # whole epochs this fit has trained
-        if step is None:
-            done += 1
-        elif self.target:
-            done += step / self.target
-        if not self.time_left or done <= 0:
+        """``["about 3.2 min left"]``; [] when not asked or not yet known (`step` None: the epoch ended)."""
+        if not self.time_left:
             return []
-        remaining = (self.epochs - (self._first_epoch or 0)) - done
-        minutes = (time.perf_counter() - self._fit_started) / done * remaining / 60
-        return [f"about {minutes:.1f} min left"]
+        seconds = self._seconds_left(step)
+        return [] if seconds is None else [f"about {seconds / 60:.1f} min left"]
+
+    def _kind(self, epoch: int) -> Hashable:
+        return None if self.epoch_kinds is None else self.epoch_kinds[epoch - 1]
+
+    def _seconds_left(self, step: int | None) -> float | None:
+        finished = self.epoch_seconds  # this fit's finished epochs, by number
+        if not finished:  # nothing finished: the pace of the steps so far
+            done = step / self.target if step and self.target else 0
+            if not done:
+                return None
+            elapsed = time.perf_counter() - self._fit_started
+            return elapsed / done * ((self.epochs - (self._first_epoch or 0)) - done)
+
+        def expected(epoch: int) -> float | None:  # the last finished epoch of its kind
+            same = [s for e, s in finished.items() if self._kind(e) == self._kind(epoch)]
+            return same[-1] if same else None
+
+        mean = sum(finished.values()) / len(finished)
+        later = sum(expected(e) or mean for e in range(self._epoch + 1, self.epochs + 1))
+        if step is None:  # the epoch `self._epoch` just ended
+            return later
+        elapsed = time.perf_counter() - self._started
+        this = expected(self._epoch) or (elapsed / step * self.target if step and self.target else mean)
+        return later + max(0.0, this - elapsed)
 
     def _show(self, line: str) -> None:
         from IPython.display import display
@@ -142,7 +180,10 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
             self._show(self._line(logs, step=batch + 1))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epoch_seconds[epoch + 1] = time.perf_counter() - self._started
         line = self._line(logs)
+        if self.time_left:
+            self.minutes_left[epoch + 1] = self._seconds_left(None) / 60
         self.lines.append(line)
         if self._live:
             self._show(line)

@@ -107,8 +107,73 @@ def test_format_logs_puts_loss_first_and_validation_last():
         ({"live": "yes"}, "live must be True, False or None"),
         ({"update_seconds": 0}, "update_seconds must be a number of seconds > 0"),
         ({"time_left": "yes"}, "time_left must be True or False"),
+        ({"epoch_kinds": "32"}, "epoch_kinds must be a list with one label per epoch"),
     ],
 )
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         ProgressBar(**options)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run_epochs(bar: ProgressBar, clock: _Clock, epochs: list[tuple[float, float]], steps: int = 10) -> None:
+    """Drive `bar` through epochs of (first step, every other step) seconds, each with a 1 s test."""
+    bar.set_params({"epochs": len(epochs), "steps": steps, "verbose": 0})
+    bar.on_train_begin()
+    for epoch, (first, step) in enumerate(epochs):
+        bar.on_epoch_begin(epoch)
+        for batch in range(steps):
+            clock.now += first if batch == 0 else step
+            bar.on_train_batch_end(batch)
+        clock.now += 1.0  # the test after the epoch
+        bar.on_epoch_end(epoch, {"loss": 1.0})
+
+
+def test_time_left_expects_each_epoch_to_last_as_the_last_of_its_kind(monkeypatch, capsys):
+    # Progressive resizing: an epoch at 16x16, two at 24x24, then three at 32x32, each kind's first step
+    # tracing for 5 s more. A pace averaged over all epochs would be far too short once the epochs grow.
+    clock = _Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    sides = [16, 24, 24, 32, 32, 32]
+    new = [i == 0 or side != sides[i - 1] for i, side in enumerate(sides)]  # the first of its kind: traces
+    epochs = [(5 * n + s * s / 256, s * s / 256) for s, n in zip(sides, new, strict=True)]  # 1, 2.25, 4 s
+    bar = ProgressBar(live=False, time_left=True, epoch_kinds=sides)
+    _run_epochs(bar, clock, epochs)
+    seconds = bar.epoch_seconds
+    truth = {e: sum(seconds[later] for later in range(e + 1, 7)) / 60 for e in seconds}
+    assert seconds[4] == pytest.approx(5 + 10 * 4 + 1) and seconds[5] == pytest.approx(10 * 4 + 1)
+    # After the first epoch at full size: two more like it, its 5 s of tracing the only error (12 %).
+    assert bar.minutes_left[4] == pytest.approx(2 * seconds[4] / 60)
+    assert abs(bar.minutes_left[4] - truth[4]) / truth[4] < 0.2
+    assert bar.minutes_left[5] == pytest.approx(truth[5]) and bar.minutes_left[6] == 0.0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].endswith(f"about {bar.minutes_left[4]:.1f} min left")
+    # The pace of all the epochs so far (the small ones and every first step's tracing) is far too short.
+    pace = sum(seconds[e] for e in (1, 2, 3, 4)) / 4 * 2 / 60
+    assert (truth[4] - pace) / truth[4] > 0.2
+
+
+def test_time_left_mid_epoch_and_before_any_epoch_ends(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    bar = ProgressBar(live=False, time_left=True, epoch_kinds=[1, 1, 2])
+    bar.set_params({"epochs": 3, "steps": 10, "verbose": 0})
+    bar.on_train_begin()
+    bar.on_epoch_begin(0)
+    assert bar._seconds_left(0) is None  # nothing measured yet
+    clock.now = 5.0
+    assert bar._seconds_left(5) == pytest.approx(5.0 / 0.5 * 2.5)  # half an epoch in 5 s: 2.5 epochs to go
+    clock.now = 10.0
+    bar.on_epoch_end(0, {})
+    bar.on_epoch_begin(1)
+    clock.now = 14.0  # epoch 2 is of epoch 1's kind: 6 s of it left; epoch 3's kind unseen: the mean, 10 s
+    assert bar._seconds_left(4) == pytest.approx(6.0 + 10.0)
+    with pytest.raises(ValueError, match="epoch_kinds has 3 labels for 4 epochs"):
+        bar.set_params({"epochs": 4, "steps": 10, "verbose": 0})
