@@ -71,7 +71,17 @@ def _setup(devices: int):
     return mgtutor
 
 
-def train_variant(data, options: dict, epochs: int, batch: int, seed: int, sides: list[int] = ()) -> dict:
+RECIPE = {  # the lesson's recipe; a variant changes some of these
+    "widths": (64, 128, 128), "batch": 512, "peak": 0.375, "weight_decay": 0.009, "label_smoothing": 0.2,
+    "warmup": True, "whitening": True, "identity": True, "alternate": True, "lookahead": True,
+    "bias_boost": 1.0, "whitening_bias_epochs": 0, "initial_scale": "keras", "head_scale": 1 / 9,
+    "precision": "float32", "xla": True, "views": False,
+}
+
+
+def train_variant(
+    data, options: dict, epochs: int, batch: int | None, seed: int, sides: list[int] = ()
+) -> dict:
     """One training run of the recipe with `options` changed; test accuracy plain and with test views."""
     import keras
     import numpy as np
@@ -79,6 +89,7 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int, sides
     from mgtutor.capstone import (
         TTA_WEIGHTS,
         build_capstone_cnn,
+        capstone_optimizer,
         capstone_pipeline,
         channel_statistics,
         lookahead,
@@ -87,40 +98,50 @@ def train_variant(data, options: dict, epochs: int, batch: int, seed: int, sides
     )
     from mgtutor.data_parallel import mirrored_strategy
 
+    recipe = {**RECIPE, **({} if batch is None else {"batch": batch}), **options}
+    batch = recipe["batch"]
+    keras.mixed_precision.set_global_policy(recipe["precision"])
     stats = channel_statistics(data.x_train)
     y_train = keras.utils.to_categorical(data.y_train, data.num_classes)
     y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
     train = capstone_pipeline(
         data.x_train, y_train, batch, stats, augment=True, seed=seed,
-        alternate=options.get("alternate", True), sides=options.get("sides", sides),
+        alternate=recipe["alternate"], sides=recipe.get("sides", sides),
     )
     test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
     sample = (data.x_train[:2000].astype(np.float32) - stats[0]) / stats[1]
-    whiten_with = sample if options.get("whitening", True) else None
-    total = epochs * -(-len(data.x_train) // batch)
-    warm = options.get("warmup", True)
+    whiten_with = sample if recipe["whitening"] else None
+    steps = -(-len(data.x_train) // batch)
+    total = epochs * steps
+    warm = recipe["warmup"]
     schedule = one_cycle(
-        1.5 * batch / 1024, total, int(0.23 * total) if warm else 0, start=0.2 if warm else 1.0
+        recipe["peak"] * batch / 256, total, int(0.23 * total) if warm else 0, start=0.2 if warm else 1.0
     )
     with mirrored_strategy().scope():
-        model = build_capstone_cnn(num_classes=data.num_classes, whiten_with=whiten_with, seed=seed,
-                                   identity=options.get("identity", True))  # fmt: skip
-        optimizer = keras.optimizers.SGD(schedule, momentum=0.85, nesterov=True, weight_decay=0.009)
+        model = build_capstone_cnn(
+            num_classes=data.num_classes, whiten_with=whiten_with, seed=seed, identity=recipe["identity"],
+            widths=tuple(recipe["widths"]), whitening_bias=recipe["whitening_bias_epochs"] > 0,
+            initial_scale=recipe["initial_scale"], head_scale=recipe["head_scale"],
+        )  # fmt: skip
+        optimizer = capstone_optimizer(
+            schedule, weight_decay=recipe["weight_decay"], bias_boost=recipe["bias_boost"],
+            whitening_bias_steps=recipe["whitening_bias_epochs"] * steps,
+        )  # fmt: skip
         model.compile(optimizer=optimizer,
                       loss=keras.losses.CategoricalCrossentropy(
-                          from_logits=True, label_smoothing=options.get("label_smoothing", 0.2)),
-                      jit_compile=True)  # fmt: skip
+                          from_logits=True, label_smoothing=recipe["label_smoothing"]),
+                      jit_compile=recipe["xla"])  # fmt: skip
     start = time.perf_counter()
-    callbacks = [lookahead(total)] if options.get("lookahead", True) else []
-    steps = -(-len(data.x_train) // batch)
+    callbacks = [lookahead(total)] if recipe["lookahead"] else []
     model.fit(train, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     minutes = (time.perf_counter() - start) / 60
-    views = len(TTA_WEIGHTS) if options.get("views", False) else 1  # the whole recipe's only: 5 more passes
+    views = len(TTA_WEIGHTS) if recipe["views"] else 1  # the whole recipe's only: 5 more passes
     logits = [
         weight * model.predict(test.map(functools.partial(tta_view, which=which)), verbose=0)
         for which, weight in enumerate(TTA_WEIGHTS[:views])
     ]
     truth = data.y_test[:, 0]
+    keras.mixed_precision.set_global_policy("float32")
 
     def accuracy(parts) -> float:
         return float(np.mean(sum(parts).argmax(axis=1) == truth))

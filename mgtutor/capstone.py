@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 CAPSTONE_WIDTHS = (64, 128, 128)
 LOGIT_SCALE = 1 / 9  # small logits at the start: the softmax is not saturated before anything is learnt
+INITIAL_SCALES = ("keras", "airbench")
 
 
 def whitening_filters(images: np.ndarray, size: int = 2, eps: float = 5e-4) -> np.ndarray:
@@ -70,14 +71,22 @@ def build_capstone_cnn(
     widths: tuple[int, ...] = CAPSTONE_WIDTHS,
     identity: bool = True,
     seed: int | None = None,
+    whitening_bias: bool = False,
+    initial_scale: str = "keras",
+    head_scale: float = LOGIT_SCALE,
 ) -> keras.Model:
     """Notebook 16's network: frozen whitening, blocks conv-pool-BN-GELU, conv-BN-GELU, a global max-pool.
 
     `whiten_with`: standardized images to compute the first layer from (`whitening_filters`);
     None learns a random 2x2 first layer instead (the ablation). ``identity=False`` leaves the
     convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. The global
-    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open). Also
-    ``build_model("capstone_cnn", ...)``.
+    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open). The
+    logits are float32 under any dtype policy. Also ``build_model("capstone_cnn", ...)``.
+
+    Airbench's levers, for the benchmark's ablations: ``whitening_bias=True`` lets the whitening
+    layer's bias learn (its filters stay frozen; `capstone_optimizer` stops it after some steps);
+    ``initial_scale="airbench"`` starts every learnt kernel as PyTorch does (uniform, variance
+    1/(3 fan_in)) instead of Keras' Glorot; `head_scale` multiplies the logits.
     """
     whitening = None if whiten_with is None else whitening_filters(whiten_with)
     seed = check_seed(seed)
@@ -86,21 +95,32 @@ def build_capstone_cnn(
     layers = keras.layers
     if seed is not None:
         keras.utils.set_random_seed(seed)
+    if initial_scale not in INITIAL_SCALES:
+        raise ValueError(f"initial_scale must be one of {sorted(INITIAL_SCALES)}, got {initial_scale!r}.")
+    # "airbench": PyTorch's default, uniform with variance 1/(3 fan_in); "keras": Glorot's uniform.
+    start = (keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform")
+             if initial_scale == "airbench" else "glorot_uniform")  # fmt: skip
     inputs = keras.Input(tuple(input_shape))
     if whitening is None:
-        x = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening")(inputs)
+        x = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening", kernel_initializer=start)(inputs)
     else:
-        x = layers.Conv2D(whitening.shape[-1], whitening.shape[0], trainable=False, name="whitening",
-                          kernel_initializer=keras.initializers.Constant(whitening))(inputs)  # fmt: skip
+        whiten = layers.Conv2D(whitening.shape[-1], whitening.shape[0], name="whitening",
+                               kernel_initializer=keras.initializers.Constant(whitening))
+        x = whiten(inputs)
+        if whitening_bias:
+            whiten.kernel.trainable = False  # the filters stay as computed; the bias learns
+        else:
+            whiten.trainable = False  # its bias stays 0
     x = layers.Activation("gelu")(x)
     for width in widths:
         for pool in (True, False):
-            x = layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
+            x = layers.Conv2D(width, 3, padding="same", use_bias=False, kernel_initializer=start)(x)
             x = layers.MaxPooling2D()(x) if pool else x
             x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, scale=False, synchronized=True)(x)
             x = layers.Activation("gelu")(x)
     x = layers.GlobalMaxPooling2D()(x)
-    logits = layers.Rescaling(LOGIT_SCALE)(layers.Dense(num_classes, use_bias=False)(x))
+    logits = layers.Dense(num_classes, use_bias=False, kernel_initializer=start)(x)
+    logits = layers.Rescaling(head_scale, dtype="float32")(logits)  # float32 logits under mixed precision
     model = keras.Model(inputs, logits, name="capstone_cnn")
     if identity:
         start_as_identity(model)
@@ -123,6 +143,39 @@ def one_cycle(peak: float, total: int, warmup: int, start: float = 0.2, end: flo
             return {"peak": peak, "total": total, "warmup": warmup, "start": start, "end": end}
 
     return OneCycle()
+
+
+def capstone_optimizer(
+    learning_rate: Any, *, weight_decay: float, momentum: float = 0.85, bias_boost: float = 1.0,
+    whitening_bias_steps: int = 0,
+) -> Any:  # fmt: skip
+    """Nesterov SGD with decoupled weight decay, and airbench's two exceptions for biases.
+
+    BatchNorm's biases (``beta``) take steps `bias_boost` times larger than the other weights (their
+    decay unchanged: airbench's ``bias_scaler``). The whitening layer's bias, if the model has one,
+    learns at a rate that falls linearly from the others' to 0 over `whitening_bias_steps` steps,
+    then stays where it is, without weight decay.
+    """
+    import keras
+    import tensorflow as tf
+
+    class CapstoneSGD(keras.optimizers.SGD):
+        def build(self, variables):
+            self._boosted = {self._var_key(v) for v in variables if v.path.endswith("/beta")}
+            self._whitening = {self._var_key(v) for v in variables if v.path.startswith("whitening/")}
+            self.exclude_from_weight_decay(var_list=[v for v in variables if v.path.startswith("whitening/")])
+            super().build(variables)
+
+        def update_step(self, gradient, variable, learning_rate):
+            key = self._var_key(variable)
+            if key in self._boosted:
+                learning_rate = learning_rate * bias_boost
+            elif key in self._whitening:
+                done = tf.cast(self.iterations, learning_rate.dtype) / max(1, whitening_bias_steps)
+                learning_rate = learning_rate * tf.maximum(0.0, 1.0 - done)
+            super().update_step(gradient, variable, learning_rate)
+
+    return CapstoneSGD(learning_rate, momentum=momentum, nesterov=True, weight_decay=weight_decay)
 
 
 def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -267,8 +267,12 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _within(p, "WEIGHT_DECAY", 0.0, None, problems)
     if p.get("LOOKAHEAD") not in (True, False):
         problems.append(f"LOOKAHEAD must be True or False, got {p.get('LOOKAHEAD')!r}.")
+    if p.get("PRECISION") not in (None, "float32", "mixed_bfloat16"):
+        problems.append(f"PRECISION must be None (the faster of the two, timed), \"float32\" or "
+                        f"\"mixed_bfloat16\", got {p.get('PRECISION')!r}.")  # fmt: skip
     if p.get("XLA") not in (None, True, False):
-        problems.append(f"XLA must be None (on for one device), True or False, got {p['XLA']!r}.")
+        problems.append(f"XLA must be None (the faster, timed; off on several devices), True or False, "
+                        f"got {p['XLA']!r}.")  # fmt: skip
     elif p.get("XLA") is True and devices and p["N_DEVICES"] > 1:
         # Measured: XLA's step on replica 0 reads replica 1's variables and fails
         # ("Trying to access resource ... located in device CPU:1 from device CPU:0").

@@ -97,8 +97,11 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     p16 = notebook_parameters(ROOT / "notebooks" / "16_capstone.ipynb")
     with pytest.raises(ValueError, match=r"XLA=True needs N_DEVICES=1, got N_DEVICES=2: .* Use XLA=False"):
         lesson_plan("16_capstone", {**p16, "N_DEVICES": 2, "XLA": True})
-    with pytest.raises(ValueError, match=r"XLA must be None \(on for one device\), True or False, got 'yes'"):
+    with pytest.raises(ValueError, match=r"XLA must be None \(the faster, .*\), True or False, got 'yes'"):
         lesson_plan("16_capstone", {**p16, "XLA": "yes"})
+    with pytest.raises(ValueError, match=r"PRECISION must be None .* or \"mixed_bfloat16\", got 'bf16'"):
+        lesson_plan("16_capstone", {**p16, "PRECISION": "bf16"})
+    assert lesson_plan("16_capstone", {**p16, "PRECISION": "mixed_bfloat16", "XLA": False}) == {}
     assert lesson_plan("16_capstone", {**p16, "N_DEVICES": 2}) == {}  # the default: XLA off there
     with pytest.raises(ValueError, match=r"SMALL_SIZES must be a list of image sides >= 10 .* \[16, 8\]"):
         lesson_plan("16_capstone", {**p16, "SMALL_SIZES": [16, 8]})
