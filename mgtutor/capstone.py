@@ -10,7 +10,8 @@ Importing this module does not import TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 CAPSTONE_WIDTHS = (64, 128, 128)
 LOGIT_SCALE = 1 / 9  # small logits at the start: the softmax is not saturated before anything is learnt
 INITIAL_SCALES = ("keras", "airbench")
+PRECISIONS = ("float32", "mixed_bfloat16")  # the number formats the capstone chooses between
 
 
 def whitening_filters(images: np.ndarray, size: int = 2, eps: float = 5e-4) -> np.ndarray:
@@ -294,6 +296,55 @@ def lookahead(total_steps: int, every: int = 5, strength: float = 0.95**5) -> ke
     return Lookahead()
 
 
+def fastest_arithmetic(
+    build: Callable[[], keras.Model], images: np.ndarray, labels: np.ndarray, *,
+    precisions: Sequence[str] = PRECISIONS, compilers: Sequence[bool] = (False, True), steps: int = 3,
+) -> tuple[str, bool, dict[str, float]]:  # fmt: skip
+    """Notebook 16's section 4 as one function: time `steps` training steps of a model from `build` on
+    one batch, after an untimed first step, for each precision and compiler (XLA on or off), and
+    return the fastest ``(precision, xla, {"<precision>, XLA on|off": images/s})``, its dtype policy
+    left set. `build` makes the model (in a strategy's scope, if any); the probes use plain SGD."""
+    import keras
+
+    steps = check_whole("steps", steps, 1, "Pass e.g. 3.")
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown or not precisions or not compilers:
+        raise ValueError(f"precisions must be some of {PRECISIONS} and compilers of (False, True), got "
+                         f"{list(precisions)} and {list(compilers)}.")  # fmt: skip
+    rates: dict[tuple[str, bool], float] = {}
+    for precision in precisions:
+        for xla in compilers:
+            keras.mixed_precision.set_global_policy(precision)
+            probe = build()
+            probe.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
+                          loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # fmt: skip
+            probe.train_on_batch(images, labels)  # traces, and with XLA compiles, the step
+            started = time.perf_counter()
+            for _ in range(steps):
+                probe.train_on_batch(images, labels)
+            rates[precision, xla] = steps * len(images) / (time.perf_counter() - started)
+    precision, xla = max(rates, key=rates.__getitem__)
+    keras.mixed_precision.set_global_policy(precision)
+    return precision, xla, {f"{p}, XLA {'on' if x else 'off'}": rate for (p, x), rate in rates.items()}
+
+
+def main() -> None:
+    """``python -m mgtutor.capstone``: what the capstone would train with here (`make check` asks), as a
+    result line: one device, a batch of 512 random images at 32x32, 2 timed steps each way."""
+    from mgtutor.devices import setup_devices
+    from mgtutor.processes import report_result
+
+    setup_devices(1, verbose=False)
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(512, 32, 32, 3)).astype(np.float32)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, len(images))]
+    whiten_with = images[:256]
+    precision, xla, rates = fastest_arithmetic(
+        lambda: build_capstone_cnn(whiten_with=whiten_with, seed=0), images, labels, steps=2
+    )
+    report_result({"precision": precision, "xla": xla, "rates": rates})
+
+
 TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice
 
 
@@ -310,3 +361,7 @@ def tta_view(images: Any, labels: Any, which: int) -> tuple[Any, Any]:
         padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
         images = padded[:, by : by + images.shape[1], by : by + images.shape[2]]
     return (tf.reverse(images, [2]) if which % 2 else images), labels
+
+
+if __name__ == "__main__":
+    main()

@@ -29,9 +29,11 @@ NEEDED_MEMORY_GB = 4.0  # the series' peak, kernel and children (README)
 NEEDED_DISK_GB = 2.0
 SMOKE_TIMEOUT = 75.0
 JAX_SMOKE_TIMEOUT = 150.0  # XLA compiles each step function first: measured 55 s on a busy 2-core laptop
+ARITHMETIC_TIMEOUT = 240.0  # four compiled probes of the capstone's network, two of them with XLA
 SMOKE = "2-device smoke step"
 ISOLATION = "network isolation"
 JAX_SMOKE = "2-device JAX smoke step"
+ARITHMETIC = "capstone arithmetic"
 
 
 @dataclass
@@ -98,6 +100,47 @@ def check_smoke(backend: str = "tensorflow") -> Check:
               f"{result['difference']:.1e}{nan} ({seconds:.0f} s)")  # fmt: skip
     build = "JAX" if backend == "jax" else "TensorFlow"
     return Check(name, good, detail, f"reinstall: make clean setup (a broken {build} build)")
+
+
+def check_cpu() -> Check:
+    """The CPU and the features that decide whether bfloat16 is fast on it (never a failure)."""
+    from mgtutor._system import cpu_features, describe_cpu
+
+    features = cpu_features()
+    if features["amx_bf16"]:
+        where = "bfloat16 matrix products on AMX tiles"
+    elif features["avx512_bf16"]:
+        where = "bfloat16 dot products in AVX-512, no AMX"
+    elif features["avx512_bf16"] is False:
+        where = "no bfloat16 instructions: converted to float32"
+    else:
+        where = "bfloat16 support unknown"
+    return Check("cpu", True, f"{describe_cpu(features)} ({where}; {os.cpu_count()} cores)")
+
+
+def check_arithmetic() -> Check:
+    """What lesson 16 will train with here: its own picker, in a child process (a warning if it fails)."""
+    from mgtutor.processes import parse_result
+
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mgtutor.capstone"], capture_output=True, text=True,
+            timeout=ARITHMETIC_TIMEOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return Check(ARITHMETIC, False, f"no answer in {ARITHMETIC_TIMEOUT:.0f} s", "close other programs; "
+                     "the capstone times its arithmetic itself at its start", warning=True)  # fmt: skip
+    result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
+    if done.returncode != 0 or result is None:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return Check(ARITHMETIC, False, f"failed: {tail}", "run python -m mgtutor.capstone to see why",
+                     warning=True)  # fmt: skip
+    picked = f"{result['precision']}, XLA {'on' if result['xla'] else 'off'}"
+    others = ", ".join(f"{name} {rate:,.0f}" for name, rate in result["rates"].items() if name != picked)
+    return Check(ARITHMETIC, True, f"lesson 16 would train in {picked}, the fastest here: "
+                 f"{result['rates'][picked]:,.0f} images/s (timed: {others}; "
+                 f"{time.perf_counter() - started:.0f} s)")  # fmt: skip
 
 
 def check_data(allow_synthetic: bool) -> list[Check]:
@@ -193,8 +236,10 @@ def run_checks(
     """Every check, in checklist order."""
     versions = {package: _version(package) for package in ("tensorflow", "keras", "jax")}
     checks = check_versions(versions, sys.version_info[:2])
+    checks.append(check_cpu())
     checks.append(check_smoke())
     checks.append(check_smoke("jax"))
+    checks.append(check_arithmetic())
     checks.extend(check_data(allow_synthetic))
     checks.append(check_ports(ports))
     checks.append(check_isolation())

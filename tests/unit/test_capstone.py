@@ -11,6 +11,7 @@ from mgtutor.capstone import (
     build_capstone_cnn,
     capstone_pipeline,
     epoch_sides,
+    fastest_arithmetic,
     flip_and_crop,
     lookahead,
     one_cycle,
@@ -270,3 +271,28 @@ def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
     assert len(relative) == 25  # 6 kernels, 6 x (beta, moving mean, moving variance), the dense kernel
     # XLA fuses and reorders float32 sums: measured at most 4.2e-5 of the move (the first convolution).
     assert max(relative) < 1e-3
+
+
+def test_the_fastest_arithmetic_is_the_fastest_timed_and_its_policy_stays_set():
+    import keras
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(32, 8)).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
+    made = []
+
+    def build():
+        made.append(keras.mixed_precision.global_policy().name)  # each probe made under its policy
+        return keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
+            "linear", dtype="float32")])  # fmt: skip
+
+    try:
+        precision, xla, rates = fastest_arithmetic(build, x, y, compilers=(False,), steps=1)
+        assert made == ["float32", "mixed_bfloat16"] and xla is False
+        assert set(rates) == {"float32, XLA off", "mixed_bfloat16, XLA off"}
+        assert rates[f"{precision}, XLA off"] == max(rates.values())
+        assert keras.mixed_precision.global_policy().name == precision  # set for the model to come
+        with pytest.raises(ValueError, match=r"precisions must be some of \('float32', 'mixed_bfloat16'\)"):
+            fastest_arithmetic(build, x, y, precisions=["mixed_float16"])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

@@ -92,6 +92,10 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     assert checks["data cifar10"]["detail"].startswith("real data, from ")
     whole = checks["data cifar10, whole"]  # ../shared/data: a subset for the lessons, the full set
     assert whole["ok"] and whole["detail"].startswith("50,000 + 10,000 images, from ")
+    # The CPU's bfloat16 features, and what the capstone's own picker chose here (whichever is fastest)
+    assert checks["cpu"]["ok"] and "AVX-512 BF16 " in checks["cpu"]["detail"]
+    arithmetic = checks[preflight.ARITHMETIC]
+    assert arithmetic["ok"] and arithmetic["detail"].startswith("lesson 16 would train in ")
 
 
 def test_isolation_is_reported_and_only_warns_where_unavailable(monkeypatch, tmp_path):
@@ -110,3 +114,23 @@ def test_missing_data_only_warns_with_allow_synthetic():
     assert all(c.ok or c.warning for c in checks)
     assert not preflight.failed([preflight.Check("data x", False, "missing", warning=True)])
     assert preflight.failed([preflight.Check("ports", False, "taken")])
+
+
+def test_the_cpu_line_names_the_bfloat16_features(monkeypatch):
+    from mgtutor import _system
+
+    amx = "model name\t: Intel(R) Xeon(R) Platinum 8481C\nflags\t\t: sse avx512f avx512_bf16 amx_bf16\n"
+    epyc = "model name\t: AMD EPYC\nflags\t\t: sse avx2 avx512f avx512_bf16\n"
+    assert _system.cpu_features(amx) == {"name": "Intel(R) Xeon(R) Platinum 8481C", "avx512f": True,
+                                         "avx512_bf16": True, "amx_bf16": True}  # fmt: skip
+    assert _system.describe_cpu(_system.cpu_features(epyc)) == (
+        "AMD EPYC: AVX-512 yes, AVX-512 BF16 yes, AMX bfloat16 no"
+    )
+    unlisted = _system.cpu_features("")  # macOS, Windows: no /proc/cpuinfo
+    assert unlisted["avx512_bf16"] is None and "not listed" in _system.describe_cpu(unlisted)
+    parse = _system.cpu_features
+    cases = ((amx, "on AMX tiles"), (epyc, "in AVX-512, no AMX"), ("flags: sse avx2", "converted"))
+    for text, words in cases:
+        monkeypatch.setattr(_system, "cpu_features", lambda text=text: parse(text))
+        line = preflight.check_cpu()
+        assert line.ok and words in line.detail
