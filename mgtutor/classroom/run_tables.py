@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mgtutor.files import atomic_write
+from mgtutor.support.files import atomic_write
 
 BEGIN, END = "<!-- generated:{} begin -->", "<!-- generated:{} end -->"
 # The test accuracy each notebook reaches, from what it records; "—" where it trains nothing to compare.
