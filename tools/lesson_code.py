@@ -26,6 +26,16 @@ MODULES = {
         "mgtutor/prepare.py",
         "Preparing arrays for training: scaled pixels, one-hot labels, a tf.data pipeline (lesson 01).",
     ),
+    "notebooks/11_where_time_goes.ipynb": (
+        "mgtutor/training/accumulation.py",
+        "Gradient accumulation for `Trainer`: one optimizer update, so one all-reduce, per k batches\n"
+        "(lesson 11). Each replica adds up its own gradients of k batches in local variables, and only the\n"
+        "group's last batch calls ``apply_gradients``, whose all-reduce sums the replicas' totals (PyTorch\n"
+        "DDP's ``no_sync``). Every batch's loss is divided by the global batch, so a group's sum divided by\n"
+        "its size is the gradient of the mean loss over all its examples, a short last group's included. A\n"
+        "group runs from its first batch to the update without a checkpoint in between, and its first batch\n"
+        "overwrites the sums, so a run killed mid-group resumes from the group's start with nothing stale.",
+    ),
 }
 # What a saved cell may hold at its top level: the module must do no work when imported.
 ALLOWED = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Expr)

@@ -21,6 +21,7 @@ def test_a_change_in_a_saved_cell_reaches_the_module(tmp_path, monkeypatch):
     (tmp_path / "notebooks").mkdir()
     (tmp_path / notebook).write_text(json.dumps(cells))
     monkeypatch.setattr(lesson_code, "ROOT", tmp_path)
+    monkeypatch.setattr(lesson_code, "MODULES", {notebook: (target, doc)})
     text = lesson_code.generate(notebook, target, doc)
     assert "def added_in_the_lesson() -> int:" in text
     (tmp_path / target).parent.mkdir(parents=True)
