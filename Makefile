@@ -59,11 +59,11 @@ run: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
 		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
 
-# The capstone alone (13), its whole recipe on all of CIFAR-10, into its own run folder under RUNS.
+# The capstone alone (16), its whole recipe on all of CIFAR-10, into its own run folder under RUNS.
 # `make run` gives it a classroom budget instead (the runner's SERIES_DEFAULTS); MINUTES=... sets one.
 capstone: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
-		--runs $(call _shell_quote,$(RUNS)) --only 13 $(RUN_ARGS) $(PARAMETER_ARGS) \
+		--runs $(call _shell_quote,$(RUNS)) --only 16 $(RUN_ARGS) $(PARAMETER_ARGS) \
 		$(if $(filter MINUTES,$(PARAMETERS)),,-p MINUTES None)
 
 # Preflight for a classroom laptop: versions, a 2-device smoke step, data, ports, disk, memory.

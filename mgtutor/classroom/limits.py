@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import is_real, is_whole
+from mgtutor.support.checks import is_real, is_whole
 
 Plan = dict[str, Any]
 _RULES: dict[str, Callable[[Mapping[str, Any], list[str]], Plan]] = {}
@@ -241,7 +241,7 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
         problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
 
 
-@_lesson("13_capstone")
+@_lesson("16_capstone")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
     _whole(p, "EPOCHS", 1, "a count", problems)

@@ -3,7 +3,7 @@
 ``python -m mgtutor.classroom.run_tables runs/<timestamp>/summary.json`` rewrites the text
 between ``<!-- generated:NAME begin -->`` and ``<!-- generated:NAME end -->`` in
 README.md and docs/teachers.md: from a `make run`, each notebook's time and test accuracy
-and its memory; from a `make capstone`, lesson 13's time to accuracy; with the run's date
+and its memory; from a `make capstone`, lesson 16's time to accuracy; with the run's date
 and machine, so no figure there is typed by hand.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mgtutor.files import atomic_write
+from mgtutor.support.files import atomic_write
 
 BEGIN, END = "<!-- generated:{} begin -->", "<!-- generated:{} end -->"
 # The test accuracy each notebook reaches, from what it records; "—" where it trains nothing to compare.
@@ -34,7 +34,7 @@ ACCURACY: dict[str, Callable[[dict], str]] = {
                                                                       max(r["final_accuracy"].values()))),
     "10_multi_worker": lambda r: f"{r['val_accuracy']:.3f}",
     "12_keras_on_jax": lambda r: f"{r['dataparallel_val_accuracy']:.3f}",
-    "13_capstone": lambda r: f"{r['accuracy']['reloaded']:.3f}",
+    "16_capstone": lambda r: f"{r['accuracy']['reloaded']:.3f}",
 }  # fmt: skip
 NOT_MEASURED = "—"
 
@@ -78,7 +78,7 @@ def readme_results(summary: dict[str, Any]) -> str:
     return (
         f"Measured by {_run_line(summary)}. The one-device baseline reaches {baseline:.3f}; 08's two "
         "figures are the large global batch at the same learning rate and with the linear rule plus "
-        "warm-up, 09's the range over its averaging variants (MNIST), 13's the capstone's recipe at the "
+        "warm-up, 09's the range over its averaging variants (MNIST), 16's the capstone's recipe at the "
         "series' budget of minutes, on a share of the whole data set (not comparable with the baseline).\n\n"
         + _table(header, [seconds, accuracy])
     )
@@ -110,20 +110,20 @@ CAPSTONE_MINUTES = (5, 10, 20, 30)
 
 
 def _whole_capstone(summary: dict[str, Any]) -> dict[str, Any] | None:
-    """The run's lesson 13 entry when it trained the whole recipe (no budget of MINUTES), else None."""
+    """The run's lesson 16 entry when it trained the whole recipe (no budget of MINUTES), else None."""
     for entry in summary["notebooks"]:
         effective = {**entry.get("defaults", {}), **entry.get("parameters", {})}
         whole = effective.get("MINUTES", 0) is None  # no budget of minutes: every image, every epoch
-        if entry["notebook"].startswith("13_") and "curve" in entry["records"] and whole:
+        if entry["notebook"].startswith("16_") and "curve" in entry["records"] and whole:
             return entry
     return None
 
 
 def capstone_curve(summary: dict[str, Any]) -> str:
-    """Lesson 13's time to accuracy: the test accuracy reached by 5, 10, 20 and 30 minutes of training."""
+    """Lesson 16's time to accuracy: the test accuracy reached by 5, 10, 20 and 30 minutes of training."""
     entry = _whole_capstone(summary)
     if entry is None:
-        raise ValueError("the run holds no whole capstone (13 without MINUTES): use `make capstone`.")
+        raise ValueError("the run holds no whole capstone (16 without MINUTES): use `make capstone`.")
     records, curve = entry["records"], entry["records"]["curve"]
     data = records["data"]
     cells = []

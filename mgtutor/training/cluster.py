@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import check_whole, is_real, is_whole
-from mgtutor._proctree import kill_tree, new_group, processes_in_group
-from mgtutor._tflog import TF_NOISE
-from mgtutor.processes import parse_result
+from mgtutor.support.checks import check_whole, is_real, is_whole
+from mgtutor.support.processes import parse_result
+from mgtutor.support.tflog import TF_NOISE
 from mgtutor.training import netns, pinning
+from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
 from mgtutor.training.worker import tf_config
 
 DEFAULT_TAIL_LINES = 40

@@ -38,7 +38,8 @@ def usable_cores() -> list[int]:
 
 def plan(n_workers: int, cores_per_worker: object) -> list[tuple[int, ...]] | None:
     """`launch`'s ``cores_per_worker``, checked: each worker's cores (`core_sets`), or None (not pinned)."""
-    from mgtutor._checks import is_whole  # here: run as a script, this file imports nothing of the package
+    # Imported here: run as a script, this file imports nothing of the package.
+    from mgtutor.support.checks import is_whole
 
     if cores_per_worker is None:
         return None

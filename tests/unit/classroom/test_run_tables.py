@@ -42,7 +42,7 @@ def test_readme_results_parse_and_agree_with_the_notebook_checks():
             assert cell == "—"
         elif notebook == "09":  # MNIST: the checks ask for more than 0.5 of every variant
             assert all(0.5 < v <= 1 for v in numbers(cell)) and len(numbers(cell)) == 2
-        elif notebook == "13":  # the capstone: its own recipe, at the series' budget, on another data set
+        elif notebook == "16":  # the capstone: its own recipe, at the series' budget, on another data set
             assert len(numbers(cell)) == 1 and CHANCE + 0.02 < numbers(cell)[0] <= 1
         else:  # CIFAR-10: above chance, and within the gap the checks allow of the one-device baseline
             assert numbers(cell) and all(CHANCE + 0.02 < v <= 1 for v in numbers(cell)), (notebook, cell)
@@ -85,7 +85,7 @@ def _capstone_summary(minutes, sides=None) -> dict:
         "started": "2026-11-26T06:40:00", "status": "complete", "overrides": {}, "seconds": 1300.0,
         "machine": {"hostname": "vm", "cpu_count": 2, "platform": "Linux", "python": "3.11.7",
                     "tensorflow": "2.21.0", "keras": "3.15.1"},
-        "notebooks": [{"notebook": "13_capstone.ipynb", "seconds": 1290.0, "peak_rss_mb": 3000,
+        "notebooks": [{"notebook": "16_capstone.ipynb", "seconds": 1290.0, "peak_rss_mb": 3000,
                        "end_rss_mb": 900, "parameters": {"MINUTES": minutes},
                        "records": {"data": {"train": 50000, "test": 10000, "copy": "a JPEG-once copy: close"},
                                    "curve": curve,
@@ -144,7 +144,7 @@ def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_r
                                           "batch 128, lr x2 + warm-up": 0.47}},
         "09_parameter_averaging": {"final_accuracy": {"every 1": 0.95, "one device (baseline)": 0.944}},
         "10_multi_worker": {"val_accuracy": 0.48}, "12_keras_on_jax": {"dataparallel_val_accuracy": 0.45},
-        "13_capstone": {"accuracy": {"live": 0.33, "reloaded": 0.33, "flips": 0.34}},
+        "16_capstone": {"accuracy": {"live": 0.33, "reloaded": 0.33, "flips": 0.34}},
     }  # fmt: skip
     summary = {
         "started": "2026-11-25T19:00:00", "status": "complete", "overrides": {}, "seconds": 400.0,
@@ -163,7 +163,7 @@ def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_r
     assert table["seconds"][-1] == "6 min 40 s"
     assert table["test accuracy"][NOTEBOOKS.index("08")] == "0.410 / 0.470"
     assert table["test accuracy"][NOTEBOOKS.index("09")] == "0.944–0.950"
-    assert table["test accuracy"][NOTEBOOKS.index("13")] == "0.330"  # the reloaded model's
+    assert table["test accuracy"][NOTEBOOKS.index("16")] == "0.330"  # the reloaded model's
     memory = block((tmp_path / "docs" / "teachers.md").read_text(), "memory")
     last = NOTEBOOKS[-1]  # 900 MB + its index: the largest peak
     assert f"largest peak is 0.91 GB (notebook {last})" in memory and "needs 1.51 GB" in memory

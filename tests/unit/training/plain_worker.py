@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 role, args = sys.argv[1], sys.argv[2:]
