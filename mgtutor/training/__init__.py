@@ -9,5 +9,6 @@
 - `checkpoints`: the one checkpoint engine of both (state file, refusals, `resume_point`).
 - `worker`: what a worker script uses (`multi_worker_strategy`, `TF_CONFIG`, `weights_digest`).
 - `cluster`: `launch`, a multi-worker job on this machine; `netns`, the loopback-only network
-  namespace its workers run in; `proctree`, a process and everything it started, killed alike everywhere.
+  namespace its workers run in; `proctree`, a process and everything it started, killed alike everywhere;
+  `pinning`, each worker on cores of its own (``cores_per_worker``), before TensorFlow starts.
 """
