@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mgtutor._checks import check_seed, check_whole
+from mgtutor.support.checks import check_seed, check_whole
 
 if TYPE_CHECKING:
     import keras
@@ -76,8 +76,7 @@ def build_capstone_cnn(
     `whiten_with`: standardized images to compute the first layer from (`whitening_filters`);
     None learns a random 2x2 first layer instead (the ablation). ``identity=False`` leaves the
     convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. The global
-    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open). Also
-    ``build_model("capstone_cnn", ...)``.
+    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open).
     """
     whitening = None if whiten_with is None else whitening_filters(whiten_with)
     seed = check_seed(seed)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mgtutor._checks import check_whole
-from mgtutor._prepare import one_hot, scale_images, take_subset
+from mgtutor.prepare import one_hot, scale_images, take_subset
+from mgtutor.support.checks import check_whole
 
 DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
 OFFLINE_ENV = "MGTUTOR_OFFLINE"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import is_real, is_whole
+from mgtutor.support.checks import is_real, is_whole
 
 Plan = dict[str, Any]
 _RULES: dict[str, Callable[[Mapping[str, Any], list[str]], Plan]] = {}

@@ -75,7 +75,7 @@ def check_versions(versions: dict[str, tuple[int, ...] | None], python: tuple[in
 
 def check_smoke(backend: str = "tensorflow") -> Check:
     """The 2-device smoke step in a child process (logical devices are fixed once per process)."""
-    from mgtutor.processes import parse_result
+    from mgtutor.support.processes import parse_result
 
     name, extra = (JAX_SMOKE, ["jax"]) if backend == "jax" else (SMOKE, [])
     timeout = JAX_SMOKE_TIMEOUT if backend == "jax" else SMOKE_TIMEOUT

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mgtutor._system import describe_cpu
 from mgtutor.classroom.learner_figures import learners_block
-from mgtutor.files import atomic_write
+from mgtutor.support.files import atomic_write
+from mgtutor.support.system import describe_cpu
 
 BEGIN, END = "<!-- generated:{} begin -->", "<!-- generated:{} end -->"
 # The test accuracy each notebook reaches, from what it records; "—" where it trains nothing to compare.

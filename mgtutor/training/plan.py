@@ -16,8 +16,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import check_whole
 from mgtutor.data_parallel import check_batch_divisible
+from mgtutor.support.checks import check_whole
 from mgtutor.training import checkpoints
 
 

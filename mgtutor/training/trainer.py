@@ -18,9 +18,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import check_whole
 from mgtutor.data_parallel import check_batch_divisible
 from mgtutor.progress import EpochSummaries
+from mgtutor.support.checks import check_whole
 from mgtutor.training import checkpoints
 from mgtutor.training.accumulation import accumulating_updates, gradient_sums, group_sizes
 from mgtutor.training.checkpoints import StrategyCheckpointer as Checkpointer

@@ -28,7 +28,7 @@ import pytest
 
 from mgtutor.capstone import epoch_sides
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
-from mgtutor.records import read_records
+from mgtutor.support.records import read_records
 from mgtutor.training.netns import availability
 from tests.conftest import ROOT
 from tests.notebooks.noise import noise_in

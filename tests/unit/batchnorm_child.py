@@ -46,8 +46,8 @@ from mgtutor.batchnorm import (  # noqa: E402
     replica_copy_spread,
 )
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
 from mgtutor.saving import export_for_serving, load_model, save_model  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 from mgtutor.training.resume import resumable_fit  # noqa: E402
 from mgtutor.training.trainer import Trainer  # noqa: E402
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgtutor import _prepare as prepare
-from mgtutor import data
+from mgtutor import data, prepare
 
 PER_BATCH = 7  # the official layout with any number of images per batch
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mgtutor import _prepare as prepare
-from mgtutor import data, models
+from mgtutor import data, models, prepare
 from tests.conftest import ROOT, run_child
 
 SEED_CNN_LAYERS = [
@@ -150,7 +149,6 @@ def test_same_seed_same_weights_other_seed_other_weights(name):
 
 def test_build_model_dispatches_by_name_and_passes_the_seed():
     assert models.MODEL_BUILDERS == {
-        "capstone_cnn": models.build_capstone_cnn,
         "seed_cnn": models.build_seed_cnn,
         "lenet": models.build_lenet,
         "minigooglenet": models.build_minigooglenet,

@@ -13,7 +13,7 @@ import sys
 import keras
 import numpy as np
 
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 from mgtutor.training.checkpoints import resume_point
 from mgtutor.training.resume import resumable_fit
 

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from mgtutor.data_parallel import mirrored_strategy  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 from mgtutor.training.checkpoints import resume_point  # noqa: E402
 from mgtutor.training.resume import resumable_fit  # noqa: E402
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgtutor.processes import parse_result
+from mgtutor.support.processes import parse_result
 from tests.conftest import ROOT, child_env, run_child
 
 # Resumed vs uninterrupted training with op determinism: measured 0.0 for the

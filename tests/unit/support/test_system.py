@@ -1,8 +1,8 @@
-"""mgtutor._system: the CPU a run names (its model and the features that decide fast arithmetic)."""
+"""mgtutor.support.system: the CPU a run names (its model and the features that decide fast arithmetic)."""
 
 from __future__ import annotations
 
-from mgtutor._system import CPU_FEATURES, cpu, describe_cpu, machine
+from mgtutor.support.system import CPU_FEATURES, cpu, describe_cpu, machine
 
 
 def test_the_cpu_is_named_with_the_features_it_has():

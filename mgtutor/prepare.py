@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import check_whole, is_whole
+from mgtutor.support.checks import check_whole, is_whole
 
 
 def take_subset(
