@@ -195,7 +195,7 @@ def test_the_guide_shows_learners_every_lesson_figure_from_the_run(tmp_path):
     assert "AMD EPYC (avx2, avx512f, avx512_bf16; no AMX)" in text
     bullets = re.findall(r"^- \*\*([^*]+)\*\*", text, flags=re.M)
     assert bullets == ["Accuracy", "Parity.", "Evaluation and weight decay (04, section 7).",
-                       "BatchNorm (05).", "Keras on JAX (12).", "Resume.", "Speed (08).", "Cost (11)."]  # fmt: skip
+                       "BatchNorm (05).", "Keras on JAX (12).", "Resume.", "Speed (08).", "Cost (11)."]
     assert "The one-device baseline (02) reaches 0.472" in text
     assert "12 (JAX `DataParallel`): 0.428 (-0.044)" in text  # the run's own gap, whatever it is
     assert "2 devices 0.95 (0.92–0.98)" in text  # a speed-up with its spread
