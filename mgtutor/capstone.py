@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mgtutor._checks import check_seed, check_whole
+from mgtutor.support.checks import check_seed, check_whole
 
 if TYPE_CHECKING:
     import keras
@@ -332,7 +332,7 @@ def main() -> None:
     """``python -m mgtutor.capstone``: what the capstone would train with here (`make check` asks), as a
     result line: one device, a batch of 512 random images at 32x32, 2 timed steps each way."""
     from mgtutor.devices import setup_devices
-    from mgtutor.processes import report_result
+    from mgtutor.support.processes import report_result
 
     setup_devices(1, verbose=False)
     rng = np.random.default_rng(0)

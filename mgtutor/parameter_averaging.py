@@ -24,8 +24,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import check_whole
-from mgtutor.data_parallel import copy_model, resolve_devices
+from mgtutor.data_parallel import copy_model
+from mgtutor.devices import resolve_devices
+from mgtutor.support.checks import check_whole
 
 PREFETCH_THREAD_NAME = "mgtutor-prefetch"
 _DONE = object()

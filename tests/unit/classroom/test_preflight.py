@@ -117,20 +117,31 @@ def test_missing_data_only_warns_with_allow_synthetic():
 
 
 def test_the_cpu_line_names_the_bfloat16_features(monkeypatch):
-    from mgtutor import _system
+    from mgtutor.support import system
 
-    amx = "model name\t: Intel(R) Xeon(R) Platinum 8481C\nflags\t\t: sse avx512f avx512_bf16 amx_bf16\n"
-    epyc = "model name\t: AMD EPYC\nflags\t\t: sse avx2 avx512f avx512_bf16\n"
-    assert _system.cpu_features(amx) == {"name": "Intel(R) Xeon(R) Platinum 8481C", "avx512f": True,
-                                         "avx512_bf16": True, "amx_bf16": True}  # fmt: skip
-    assert _system.describe_cpu(_system.cpu_features(epyc)) == (
-        "AMD EPYC: AVX-512 yes, AVX-512 BF16 yes, AMX bfloat16 no"
-    )
-    unlisted = _system.cpu_features("")  # macOS, Windows: no /proc/cpuinfo
-    assert unlisted["avx512_bf16"] is None and "not listed" in _system.describe_cpu(unlisted)
-    parse = _system.cpu_features
-    cases = ((amx, "on AMX tiles"), (epyc, "in AVX-512, no AMX"), ("flags: sse avx2", "converted"))
-    for text, words in cases:
-        monkeypatch.setattr(_system, "cpu_features", lambda text=text: parse(text))
+    cases = ((["avx512f", "avx512_bf16", "amx_tile", "amx_bf16"], "on AMX tiles"),
+             (["avx2", "avx512f", "avx512_bf16"], "in AVX-512, no AMX"),
+             (["avx2"], "converted to float32"))  # fmt: skip
+    for features, words in cases:
+        monkeypatch.setattr(system, "cpu", lambda found=features: {"model": "a CPU", "features": found})
         line = preflight.check_cpu()
-        assert line.ok and words in line.detail
+        assert line.ok and line.detail.startswith(f"a CPU ({', '.join(features)}") and words in line.detail
+
+
+def test_the_memory_check_asks_for_what_the_last_complete_run_took(tmp_path):
+    from mgtutor.classroom.preflight import NEEDED_MEMORY_GB, check_resources, memory_need
+
+    runs = tmp_path / "runs"
+    assert memory_need(runs) == (NEEDED_MEMORY_GB, "before any make run here; make run measures what each "
+                                 "notebook takes")  # fmt: skip
+    for name, status, peaks in (("20261127-010000", "complete", [900, 4318, 1200]),
+                                ("20261127-020000", "failed", [9000])):  # fmt: skip
+        (runs / name).mkdir(parents=True)
+        notebooks = [{"notebook": f"{i:02d}_x.ipynb", "peak_rss_mb": p} for i, p in enumerate(peaks)]
+        (runs / name / "summary.json").write_text(json.dumps({"status": status, "notebooks": notebooks}))
+    (runs / "20261127-030000").mkdir()
+    (runs / "20261127-030000" / "summary.json").write_text("{not json")  # a run killed while writing
+    need, why = memory_need(runs)
+    assert need == pytest.approx(4.318) and why == "notebook 01's peak in 20261127-010000"
+    memory = next(c for c in check_resources(tmp_path) if c.name == "memory")
+    assert "the series needs 4.3 GB: notebook 01's peak in 20261127-010000" in memory.detail

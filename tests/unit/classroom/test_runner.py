@@ -18,7 +18,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from mgtutor.classroom import lessons, run_page, runner
-from mgtutor.records import MIME_TYPE
+from mgtutor.support.records import MIME_TYPE
 from tests.conftest import ROOT
 
 # A 1x1 PNG: the HTML rendering must embed images (the series' plots) in the page itself.
