@@ -330,13 +330,13 @@ def fastest_arithmetic(
 
 def main() -> None:
     """``python -m mgtutor.capstone``: what the capstone would train with here (`make check` asks), as a
-    result line: one device, a batch of 512 random images at 32x32, 2 timed steps each way."""
+    result line: one device, a batch of 256 random images at 32x32, 2 timed steps each way."""
     from mgtutor.devices import setup_devices
     from mgtutor.support.processes import report_result
 
     setup_devices(1, verbose=False)
     rng = np.random.default_rng(0)
-    images = rng.normal(size=(512, 32, 32, 3)).astype(np.float32)
+    images = rng.normal(size=(256, 32, 32, 3)).astype(np.float32)
     labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, len(images))]
     whiten_with = images[:256]
     precision, xla, rates = fastest_arithmetic(
