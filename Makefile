@@ -35,7 +35,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run capstone test test-all check lab lint lesson-code clean reset wheelhouse
+.PHONY: setup run capstone capstone-long test test-all check lab lint lesson-code clean reset wheelhouse
 
 setup: $(STAMP)
 
@@ -65,6 +65,12 @@ capstone: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
 		--runs $(call _shell_quote,$(RUNS)) --only 16 $(RUN_ARGS) $(PARAMETER_ARGS) \
 		$(if $(filter MINUTES,$(PARAMETERS)),,-p MINUTES None)
+
+# The 90 % recipe (CAPSTONE_LONG in mgtutor/classroom/runner.py: airbench's widths, 14 epochs), lesson 16
+# alone, into its own run folder under RUNS; about 30 minutes of training on a 2-core AMD EPYC.
+capstone-long: setup
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
+		--runs $(call _shell_quote,$(RUNS)) --only 16 --capstone-long $(RUN_ARGS) $(PARAMETER_ARGS)
 
 # Preflight for a classroom laptop: versions, a 2-device smoke step, data, ports, disk, memory.
 # Exits non-zero on any FAIL line. CHECK_ARGS="--allow-synthetic" or "--ports 12345 12346".

@@ -250,6 +250,11 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if not (isinstance(sizes, list | tuple) and all(is_whole(side) and side >= 10 for side in sizes)):
         problems.append(f"SMALL_SIZES must be a list of image sides >= 10 (the network needs 10 or more), "
                         f"e.g. [16, 24], or [] for every epoch at full size, got {sizes!r}.")  # fmt: skip
+    widths = p.get("WIDTHS")
+    if "WIDTHS" in p and not (isinstance(widths, list | tuple) and len(widths) == 3
+                              and all(is_whole(width) and width >= 1 for width in widths)):  # fmt: skip
+        problems.append(f"WIDTHS must be the channels of the network's three blocks, three whole numbers "
+                        f"such as [64, 128, 128] or airbench's [64, 256, 256], got {widths!r}.")  # fmt: skip
     for name in ("TRAIN_SAMPLES", "TEST_SAMPLES"):
         if p.get(name) is not None:
             _whole(p, name, 1, "a count, or None for the whole split", problems)

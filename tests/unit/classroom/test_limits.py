@@ -103,6 +103,8 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"PRECISION must be None .* or \"mixed_bfloat16\", got 'bf16'"):
         lesson_plan("16_capstone", {**p16, "PRECISION": "bf16"})
     assert lesson_plan("16_capstone", {**p16, "PRECISION": "mixed_bfloat16", "XLA": False}) == {}
+    with pytest.raises(ValueError, match=r"WIDTHS must be the channels .*, got \[64, 256\]"):
+        lesson_plan("16_capstone", {**p16, "WIDTHS": [64, 256]})
     assert lesson_plan("16_capstone", {**p16, "N_DEVICES": 2}) == {}  # the default: XLA off there
     with pytest.raises(ValueError, match=r"SMALL_SIZES must be a list of image sides >= 10 .* \[16, 8\]"):
         lesson_plan("16_capstone", {**p16, "SMALL_SIZES": [16, 8]})

@@ -133,6 +133,28 @@ def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, cap
     assert refused.value.code == 2 and "neither the series" in capsys.readouterr().err
 
 
+def test_a_make_capstone_long_run_rewrites_its_own_block_with_the_arithmetic_and_the_time_left(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for relative in ("README.md", "docs/teachers.md"):
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    summary = {**_capstone_summary(None, sides=[16, 24, 32, 32, 32]), "recipe": "capstone-long"}
+    records = summary["notebooks"][0]["records"]
+    rates = {"float32, XLA off": 500.0, "mixed_bfloat16, XLA off": 680.0}
+    records["arithmetic"] = {"precision": "mixed_bfloat16", "xla": False, "rates": rates}
+    records["time_left"] = {"epoch": 3, "said": 8.0, "took": 8.2, "epoch_minutes": {"3": 4.0}}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    main([str(path), "--root", str(tmp_path)])
+    readme = (tmp_path / "README.md").read_text()
+    assert block(readme, "capstone") == committed("capstone")  # make capstone's curve left as it was
+    text = block(readme, "capstone-long")
+    assert re.search(r"one `make capstone-long` started \d{4}-\d\d-\d\d", text)
+    assert "It trained in mixed_bfloat16, XLA off, the fastest of the arithmetic timed at its start " in text
+    assert "(images/s: float32, XLA off 500, mixed_bfloat16, XLA off 680)" in text
+    assert "After epoch 3, the first at full size, its progress line said about 8.0 min left; the rest " \
+           "took 8.2 min (-2%)." in text  # fmt: skip
+
+
 # The records every lesson made in one `make run` at the classroom defaults (2026-11-27, the brief's AMD
 # EPYC), kept to what the generated blocks read; the capstone's as a budgeted run records them.
 RECORDS = json.loads((Path(__file__).parent / "make_run_records.json").read_text())
