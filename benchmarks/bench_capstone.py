@@ -1,47 +1,49 @@
-"""Notebook 16's recipe, taken apart: what each trick adds, and what each speed option costs.
+"""Notebook 16's recipe, taken apart: what each trick adds, what airbench's other levers would add, and what
+each kind of arithmetic costs. Run from the repository root::
 
-Two studies, each in its own process (run from the repository root)::
+    python benchmarks/bench_capstone.py ablations    # accuracy without each trick, at a reduced budget
+    python benchmarks/bench_capstone.py levers       # accuracy with each of airbench's other levers
+    python benchmarks/bench_capstone.py speed        # images/s of the step: precision, XLA, widths, sides
+    python benchmarks/bench_capstone.py comparisons  # the seeds' recipes, for --minutes each
 
-    python benchmarks/bench_capstone.py ablations            # accuracy, at a reduced budget
-    python benchmarks/bench_capstone.py speed                # images/s of the training step
-    python benchmarks/bench_capstone.py speed --devices 2    # the same on 2 logical devices
-    python benchmarks/bench_capstone.py comparisons          # the seeds' recipes, for --minutes each
+`ablations` and `levers` train the lesson's recipe (`mgtutor.capstone`, generated from the lesson) on a
+balanced subset of `--train` CIFAR-10 images for `--epochs` epochs (the ones before the last
+`--full-size-epochs` shrunk as the lesson's first epochs are, by its rule `epoch_sides`), `--repeats` times
+with other seeds, the variants in turn, each tested on the whole test set; then the same with one thing
+changed. `ablations` takes one trick out; `levers` adds one of airbench94's that the lesson leaves out
+(PyTorch's initial scale of the weights, BatchNorm biases trained 64x faster, a whitening bias trained for
+the first epochs, its widths 64/256/256), or changes the batch or the number format. A difference counts
+only where it exceeds the spread of the repeats. `--out FILE` keeps each run as a JSON line, and a study
+started again with the same file skips the runs already there. Accuracies do not depend on the load of the
+machine; the minutes shown do. `--precision` sets the recipe's number format (the lesson picks the fastest).
 
-`ablations` trains the whole recipe and, for each trick, the recipe without it, on a balanced
-subset of `--train` CIFAR-10 images for `--epochs` epochs (all but the last `--full-size-epochs`
-of them on images shrunk as the lesson's first epochs, by its rule `epoch_sides`: 24x24 for
-one), `--repeats` times with other seeds, the variants in turn; each is tested on the whole test
-set, and its training minutes are shown (the one variant whose point is time, not accuracy, is
-progressive resizing). A difference counts only where it exceeds the spread of the repeats.
-Test-time augmentation needs no training: it is read from the whole recipe's own models.
-Accuracies do not depend on the load of the machine.
+`speed` times the training step on one batch of random images (after an untimed step that traces and
+compiles it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, each with and
+without XLA, at both widths and at the smaller sides of progressive resizing; and one pass of the
+10,000-image test set. Run it on a quiet machine.
 
-`speed` times the training step on one batch (after an untimed one that traces and compiles
-it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, with and without
-XLA (without only, on several devices: XLA cannot compile the strategy's step over logical
-devices), and at the smaller image sides of progressive resizing. Run it on a quiet machine.
-`ablations` reads `MGTUTOR_DATA_DIR` like the tests (the synthetic stand-in without it); `speed`
-trains on random images.
+`comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each, epoch by
+epoch, and tests after each epoch on the whole test set (the minutes include it): seed 000's CNN with RMSprop
+1e-4 and batch 128, and seed 001's MiniGoogLeNet with SGD (momentum 0.9, 5e-3 falling linearly over its
+published 70 epochs) and batch 64, both fed by the capstone's stream (flips and 2-pixel crops), without XLA
+as the series trains them. An epoch is started only if the last one's time still fits. Run it quietly.
 
-`comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each,
-epoch by epoch, and tests after each epoch on the whole test set (the minutes include it), as
-notebook 16 records its own curve: seed 000's CNN with RMSprop 1e-4 and batch 128, and seed
-001's MiniGoogLeNet with SGD (momentum 0.9, 5e-3 falling linearly over its published 70 epochs)
-and batch 64, both fed by the capstone's pipeline (flips and 2-pixel crops, not the seeds'
-`ImageDataGenerator`), without XLA as the series trains them. An epoch is started only if the
-last one's time still fits. Run it on a quiet machine.
+Every study first prints the date and the machine (the CPU's model and AMX/AVX-512 flags).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# One change each from the lesson's recipe (RECIPE).
 ABLATIONS = {
     "whole recipe": {"views": True},
     "no whitening (a learnt first layer)": {"whitening": False},
@@ -52,15 +54,39 @@ ABLATIONS = {
     "no progressive resizing (every epoch at 32x32)": {"sides": []},
     "no lookahead": {"lookahead": False},
 }
-SMALL_SIZES = [16, 24, 24, 24]  # the lesson's
-SPEEDS = {  # precision, XLA, image side
-    "float32, XLA": ("float32", True, 32),
-    "float32, no XLA": ("float32", False, 32),
-    "mixed bfloat16, XLA": ("mixed_bfloat16", True, 32),
-    "mixed bfloat16, no XLA": ("mixed_bfloat16", False, 32),
-    "float32, XLA, 24x24 images": ("float32", True, 24),
-    "float32, XLA, 16x16 images": ("float32", True, 16),
+LEVERS = {
+    "whole recipe": {"views": True},
+    "+ airbench's initial scale (PyTorch's)": {"initial_scale": "airbench"},
+    "+ BatchNorm biases at 64x the rate": {"bias_boost": 64.0},
+    "+ whitening bias trained for 3 epochs": {"whitening_bias_epochs": 3},
+    "+ all three": {
+        "initial_scale": "airbench",
+        "bias_boost": 64.0,
+        "whitening_bias_epochs": 3,
+        "views": True,
+    },
+    "+ airbench's widths 64/256/256": {"widths": (64, 256, 256), "views": True},
+    "global batch 1024": {"batch": 1024},
+    "float32 (the other number format)": {"precision": "other"},
 }
+RECIPE = {  # the lesson's defaults
+    "widths": (64, 128, 128),
+    "batch": 512,
+    "peak": 0.375,
+    "weight_decay": 0.009,
+    "label_smoothing": 0.2,
+    "warmup": True,
+    "whitening": True,
+    "identity": True,
+    "alternate": True,
+    "lookahead": True,
+    "views": False,
+    "bias_boost": 1.0,
+    "whitening_bias_epochs": 0,
+    "initial_scale": "keras",
+}
+SMALL_SIZES = [16, 24, 24, 24]  # the lesson's
+PRECISIONS = ("float32", "mixed_bfloat16")
 
 
 def _setup(devices: int):
@@ -71,103 +97,149 @@ def _setup(devices: int):
     return mgtutor
 
 
-RECIPE = {  # the lesson's recipe; a variant changes some of these
-    "widths": (64, 128, 128), "batch": 512, "peak": 0.375, "weight_decay": 0.009, "label_smoothing": 0.2,
-    "warmup": True, "whitening": True, "identity": True, "alternate": True, "lookahead": True,
-    "bias_boost": 1.0, "whitening_bias_epochs": 0, "initial_scale": "keras", "head_scale": 1 / 9,
-    "precision": "float32", "xla": True, "views": False,
-}
+def _header(study: str) -> None:
+    from mgtutor.support.system import cpu, describe_cpu, machine
+
+    facts = machine()
+    versions = f"TensorFlow {facts['tensorflow']} + Keras {facts['keras']}"
+    print(f"bench_capstone.py {study}, {datetime.now():%Y-%m-%d %H:%M}, {facts['cpu_count']} cores, "
+          f"{describe_cpu(cpu())}, {versions}", flush=True)  # fmt: skip
 
 
-def train_variant(
-    data, options: dict, epochs: int, batch: int | None, seed: int, sides: list[int] = ()
-) -> dict:
+def _airbench_levers(model, recipe: dict, steps: int):
+    """airbench94's levers the lesson leaves out, applied to a built model; its optimizer for them."""
+    import keras
+    import tensorflow as tf
+
+    from mgtutor.capstone import start_as_identity
+
+    if recipe["initial_scale"] == "airbench":  # PyTorch's default: uniform, variance 1/(3 fan_in)
+        start = keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform", seed=0)
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.Conv2D | keras.layers.Dense) and layer.trainable:
+                layer.kernel.assign(start(layer.kernel.shape))
+        start_as_identity(model)
+    whitening = model.get_layer("whitening")
+    if recipe["whitening_bias_epochs"]:  # its filters stay frozen; its bias learns
+        whitening.trainable = True
+        whitening.kernel.trainable = False
+    boost, bias_steps = recipe["bias_boost"], recipe["whitening_bias_epochs"] * steps
+
+    class LeverSGD(keras.optimizers.SGD):  # BatchNorm's biases `boost`x faster; the whitening bias stops
+        def build(self, variables):
+            self._boosted = {self._var_key(v) for v in variables if v.path.endswith("/beta")}
+            self._whitening = {self._var_key(v) for v in variables if v.path.startswith("whitening/")}
+            self.exclude_from_weight_decay(var_list=[v for v in variables if v.path.startswith("whitening/")])
+            super().build(variables)
+
+        def update_step(self, gradient, variable, learning_rate):
+            key = self._var_key(variable)
+            if key in self._boosted:
+                learning_rate = learning_rate * boost
+            elif key in self._whitening:  # its rate falls to 0 over its epochs (airbench94_muon's way)
+                done = tf.cast(self.iterations, learning_rate.dtype) / max(1, bias_steps)
+                learning_rate = learning_rate * tf.maximum(0.0, 1.0 - done)
+            super().update_step(gradient, variable, learning_rate)
+
+    return LeverSGD
+
+
+def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int], precision: str) -> dict:
     """One training run of the recipe with `options` changed; test accuracy plain and with test views."""
     import keras
     import numpy as np
 
     from mgtutor.capstone import (
         TTA_WEIGHTS,
+        Lookahead,
+        OneCycle,
         build_capstone_cnn,
-        capstone_optimizer,
-        capstone_pipeline,
         channel_statistics,
-        lookahead,
-        one_cycle,
+        evaluation_stream,
+        standardize,
+        training_stream,
         tta_view,
+        whitening_filters,
     )
     from mgtutor.data_parallel import mirrored_strategy
 
-    recipe = {**RECIPE, **({} if batch is None else {"batch": batch}), **options}
-    batch = recipe["batch"]
-    keras.mixed_precision.set_global_policy(recipe["precision"])
-    stats = channel_statistics(data.x_train)
-    y_train = keras.utils.to_categorical(data.y_train, data.num_classes)
-    y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
-    train = capstone_pipeline(
-        data.x_train, y_train, batch, stats, augment=True, seed=seed,
-        alternate=recipe["alternate"], sides=recipe.get("sides", sides),
-    )
-    test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
-    sample = (data.x_train[:2000].astype(np.float32) - stats[0]) / stats[1]
-    whiten_with = sample if recipe["whitening"] else None
+    recipe = {**RECIPE, "sides": sides, **options}
+    if recipe.get("precision") == "other":
+        recipe["precision"] = PRECISIONS[1 - PRECISIONS.index(precision)]
+    keras.mixed_precision.set_global_policy(recipe.get("precision", precision))
+    batch, stats = recipe["batch"], channel_statistics(data.x_train)
+    y_train, y_test = (keras.utils.to_categorical(y, data.num_classes) for y in (data.y_train, data.y_test))
+    train = training_stream(data.x_train, y_train, batch, stats, seed=seed, sides=recipe["sides"],
+                            alternate=recipe["alternate"])  # fmt: skip
+    test = evaluation_stream(data.x_test, y_test, 1000, stats)
+    whitening = whitening_filters(standardize(data.x_train[:2000], stats).numpy())
     steps = -(-len(data.x_train) // batch)
-    total = epochs * steps
-    warm = recipe["warmup"]
-    schedule = one_cycle(
-        recipe["peak"] * batch / 256, total, int(0.23 * total) if warm else 0, start=0.2 if warm else 1.0
-    )
+    total, warm = epochs * steps, recipe["warmup"]
+    schedule = OneCycle(recipe["peak"] * batch / 256, total, int(0.23 * total) if warm else 0,
+                        start=0.2 if warm else 1.0)  # fmt: skip
     with mirrored_strategy().scope():
-        model = build_capstone_cnn(
-            num_classes=data.num_classes, whiten_with=whiten_with, seed=seed, identity=recipe["identity"],
-            widths=tuple(recipe["widths"]), whitening_bias=recipe["whitening_bias_epochs"] > 0,
-            initial_scale=recipe["initial_scale"], head_scale=recipe["head_scale"],
-        )  # fmt: skip
-        optimizer = capstone_optimizer(
-            schedule, weight_decay=recipe["weight_decay"], bias_boost=recipe["bias_boost"],
-            whitening_bias_steps=recipe["whitening_bias_epochs"] * steps,
-        )  # fmt: skip
-        model.compile(optimizer=optimizer,
-                      loss=keras.losses.CategoricalCrossentropy(
-                          from_logits=True, label_smoothing=recipe["label_smoothing"]),
-                      jit_compile=recipe["xla"])  # fmt: skip
+        model = build_capstone_cnn(num_classes=data.num_classes, seed=seed, identity=recipe["identity"],
+                                   whitening=whitening if recipe["whitening"] else None,
+                                   widths=tuple(recipe["widths"]))  # fmt: skip
+        optimizer = _airbench_levers(model, recipe, steps)(schedule, momentum=0.85, nesterov=True,
+                                                            weight_decay=recipe["weight_decay"])  # fmt: skip
+        model.compile(optimizer=optimizer, jit_compile=False, loss=keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=recipe["label_smoothing"]))  # fmt: skip
     start = time.perf_counter()
-    callbacks = [lookahead(total)] if recipe["lookahead"] else []
+    callbacks = [Lookahead(total)] if recipe["lookahead"] else []
     model.fit(train, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     minutes = (time.perf_counter() - start) / 60
-    views = len(TTA_WEIGHTS) if recipe["views"] else 1  # the whole recipe's only: 5 more passes
-    logits = [
-        weight * model.predict(test.map(functools.partial(tta_view, which=which)), verbose=0)
-        for which, weight in enumerate(TTA_WEIGHTS[:views])
-    ]
-    truth = data.y_test[:, 0]
+    views = len(TTA_WEIGHTS) if recipe["views"] else 1
+    logits = [weight * model.predict(test.map(functools.partial(tta_view, which=which)), verbose=0)
+              for which, weight in enumerate(TTA_WEIGHTS[:views])]  # fmt: skip
     keras.mixed_precision.set_global_policy("float32")
 
     def accuracy(parts) -> float:
-        return float(np.mean(sum(parts).argmax(axis=1) == truth))
+        return float(np.mean(sum(parts).argmax(axis=1) == data.y_test[:, 0]))
 
     return {"plain": accuracy(logits[:1]), "flips": accuracy(logits[:2]),
             "flips and shifts": accuracy(logits), "minutes": minutes}  # fmt: skip
 
 
-def ablations(args) -> None:
+def _done(out: Path | None, key: dict) -> dict[tuple[str, int], dict]:
+    """The runs of this study and budget already in `out` (a JSON line each), by (variant, seed)."""
+    if out is None or not out.exists():
+        return {}
+    runs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return {(r["variant"], r["seed"]): r for r in runs if all(r.get(k) == v for k, v in key.items())}
+
+
+def accuracy_study(args, variants: dict[str, dict]) -> None:
     mgtutor = _setup(1)
+    _header(args.study)
     data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train, None, seed=0)
     print(data.summary())
     from mgtutor.capstone import epoch_sides
 
     sides = epoch_sides(args.epochs, args.full_size_epochs, SMALL_SIZES, data.input_shape[0])
-    print(f"{args.epochs} epochs of {len(data.y_train):,} images (sides {sides}), "
-          f"batch {args.batch}; "
-          f"{args.repeats} repeats (seeds 0..{args.repeats - 1}), variants in turn", flush=True)  # fmt: skip
-    runs: dict[str, list[dict]] = {}
+    print(f"{args.epochs} epochs of {len(data.y_train):,} images (sides {sides}), batch 512 unless said, "
+          f"{args.precision}, XLA off; {args.repeats} repeats (seeds 0..{args.repeats - 1}), variants in "
+          "turn", flush=True)  # fmt: skip
+    key = {"study": args.study, "train": len(data.y_train), "epochs": args.epochs, "sides": sides,
+           "precision": args.precision}  # fmt: skip
+    out = Path(args.out) if args.out else None
+    runs = _done(out, key)
     for seed in range(args.repeats):
-        for name, options in ABLATIONS.items():
-            result = train_variant(data, options, args.epochs, args.batch, seed, sides)
-            runs.setdefault(name, []).append(result)
+        for name, options in variants.items():
+            result = runs.get((name, seed))
+            if result is None:
+                result = train_variant(data, options, args.epochs, seed, sides, args.precision)
+                runs[name, seed] = result = {**key, "variant": name, "seed": seed, **result}
+                if out is not None:
+                    with out.open("a") as handle:
+                        handle.write(json.dumps(result) + "\n")
             print(
                 f"  seed {seed}  {name:47s} {result['plain']:.4f}  ({result['minutes']:.1f} min)", flush=True
             )
+    _table(args.repeats, {name: [runs[name, seed] for seed in range(args.repeats)] for name in variants})
+
+
+def _table(repeats: int, runs: dict[str, list[dict]]) -> None:
     whole = runs["whole recipe"]
     rows = [(name, [r["plain"] for r in results], [r["minutes"] for r in results])
             for name, results in runs.items()]  # fmt: skip
@@ -175,8 +247,10 @@ def ablations(args) -> None:
              ("whole recipe + test flips and shifts", [r["flips and shifts"] for r in whole], [])]
     base = statistics.median(r["plain"] for r in whole)
     base_spread = max(r["plain"] for r in whole) - min(r["plain"] for r in whole)
-    print(f"\n| variant | test accuracy (median) | range over {args.repeats} seeds | vs whole recipe "
-          "| training minutes (range) |")
+    print(
+        f"\n| variant | test accuracy (median) | range over {repeats} seeds | vs whole recipe "
+        "| training minutes (range) |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for name, values, minutes in rows:
         median, spread = statistics.median(values), max(values) - min(values)
@@ -199,13 +273,12 @@ def train_for_minutes(data, model_name: str, batch: int, minutes: float) -> list
     import keras
 
     from mgtutor import build_model, seed_optimizer
-    from mgtutor.capstone import capstone_pipeline, channel_statistics
+    from mgtutor.capstone import channel_statistics, evaluation_stream, training_stream
 
     stats = channel_statistics(data.x_train)
-    y_train = keras.utils.to_categorical(data.y_train, data.num_classes)
-    y_test = keras.utils.to_categorical(data.y_test, data.num_classes)
-    train = capstone_pipeline(data.x_train, y_train, batch, stats, augment=True, seed=0, alternate=False)
-    test = capstone_pipeline(data.x_test, y_test, 1000, stats, augment=False)
+    y_train, y_test = (keras.utils.to_categorical(y, data.num_classes) for y in (data.y_train, data.y_test))
+    train = training_stream(data.x_train, y_train, batch, stats, seed=0, alternate=False)
+    test = evaluation_stream(data.x_test, y_test, 1000, stats)
     steps = -(-len(data.x_train) // batch)
     model = build_model(model_name, data.input_shape, data.num_classes, seed=0)
     if model_name == "seed_cnn":
@@ -213,8 +286,7 @@ def train_for_minutes(data, model_name: str, batch: int, minutes: float) -> list
     else:  # seed 001's schedule: linear ("polynomial", power 1) from 5e-3 to 0 over 70 epochs
         rate = keras.optimizers.schedules.PolynomialDecay(5e-3, PUBLISHED_EPOCHS[model_name] * steps, 0.0)
         optimizer = keras.optimizers.SGD(rate, momentum=0.9)
-    # Without XLA, as the series trains these models: seed 000's CNN took 6.1 min for its first epoch
-    # of the whole set with XLA here, 2.0 min without (one run each, 2026-11-26, quiet).
+    # Without XLA, as the series trains these models.
     model.compile(optimizer=optimizer, loss="categorical_crossentropy", metrics=["accuracy"],
                   jit_compile=False)  # fmt: skip
     curve: list[dict] = []
@@ -243,6 +315,7 @@ def train_for_minutes(data, model_name: str, batch: int, minutes: float) -> list
 
 def comparisons(args) -> None:
     mgtutor = _setup(1)
+    _header("comparisons")
     data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train_all, None, seed=0)
     print(data.summary())
     print(f"each recipe for whole epochs within {args.minutes:g} min, tested on all {len(data.y_test):,} "
@@ -257,45 +330,58 @@ def comparisons(args) -> None:
         points = ", ".join(f"{p['accuracy']:.3f} ({p['minutes']:.1f})" for p in curve)
         epochs = PUBLISHED_EPOCHS[model_name]
         rows.append(f"| {name} | {per_epoch:.2f} | {points} | {epochs}: {epochs * per_epoch / 60:.1f} h |")
-    print("\n| recipe | minutes per epoch (median after the first) | test accuracy (minutes) "
-          "| published epochs, projected here |")
+    print(
+        "\n| recipe | minutes per epoch (median after the first) | test accuracy (minutes) "
+        "| published epochs, projected here |"
+    )
     print("| --- | --- | --- | --- |")
     print("\n".join(rows))
 
 
 def speed(args) -> None:
     _setup(args.devices)
+    _header("speed")
     import keras
     import numpy as np
+    import tensorflow as tf
 
-    from mgtutor.capstone import build_capstone_cnn
+    from mgtutor.capstone import build_capstone_cnn, step_rate, whitening_filters
     from mgtutor.data_parallel import mirrored_strategy
 
     strategy = mirrored_strategy()
     rng = np.random.default_rng(0)
     images = rng.normal(size=(args.batch, 32, 32, 3)).astype(np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)]
-
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)]
+    test = rng.normal(size=(10_000, 32, 32, 3)).astype(np.float32)
+    whitening = whitening_filters(images[:256])
+    # (precision, XLA, widths, side); XLA at full size only, and not over logical devices (it cannot compile
+    # the strategy's step there)
+    variants = {
+        f"{p}, XLA {'on' if x else 'off'}, {w[1]} wide, {s}x{s}": (p, x, w, s)
+        for w in ((64, 128, 128), (64, 256, 256)) for p in PRECISIONS for x in (False, True)
+        for s in (32, 24, 16) if (s == 32 or not x) and (args.devices == 1 or not x)
+    }  # fmt: skip
     rates: dict[str, list[float]] = {}
-    # XLA cannot compile a MirroredStrategy step over logical devices (notebook 16 refuses it too).
-    variants = {name: v for name, v in SPEEDS.items() if args.devices == 1 or not v[1]}
     for repeat in range(args.repeats):
-        for name, (policy, xla, side) in variants.items():
-            keras.mixed_precision.set_global_policy(policy)
-            x = images[:, :side, :side]  # the step's cost depends on the side only, not on the pixels
-            with strategy.scope():
-                model = build_capstone_cnn(whiten_with=images[:256], seed=0)
-                model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
-                              loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # fmt: skip
-            model.train_on_batch(x, y)  # traces and compiles
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                model.train_on_batch(x, y)
-            rates.setdefault(name, []).append(args.steps * args.batch / (time.perf_counter() - start))
-            print(f"  repeat {repeat}  {name:24s} {rates[name][-1]:6.0f} images/s", flush=True)
+        for name, (precision, xla, widths, side) in variants.items():
+
+            def build(widths=widths):  # noqa: B023  (called at once, below)
+                with strategy.scope():
+                    return build_capstone_cnn(whitening=whitening, widths=widths, seed=0)
+
+            x = images if side == 32 else tf.image.resize(images, [side, side]).numpy()
+            rates.setdefault(name, []).append(step_rate(build, x, labels, precision, xla, args.steps)[0])
+            if side == 32 and not xla:  # one pass of the test set, forward only
+                model = build()
+                model.predict(test[:1000], batch_size=1000, verbose=0)
+                started = time.perf_counter()
+                model.predict(test, batch_size=1000, verbose=0)
+                rates.setdefault(f"{precision}, {widths[1]} wide: test pass, seconds", []).append(
+                    time.perf_counter() - started)  # fmt: skip
+            print(f"  repeat {repeat}  {name:40s} {rates[name][-1]:6.0f} images/s", flush=True)
             keras.backend.clear_session()
     keras.mixed_precision.set_global_policy("float32")
-    reference = "float32, XLA" if args.devices == 1 else "float32, no XLA"
+    reference = "float32, XLA off, 128 wide, 32x32"
     base = statistics.median(rates[reference])
     print(
         f"\n{args.devices} device(s), global batch {args.batch}, {args.steps} steps x {args.repeats} repeats"
@@ -303,20 +389,27 @@ def speed(args) -> None:
     print(f"| step | images/s (median) | range | vs {reference} |")
     print("| --- | --- | --- | --- |")
     for name, values in rates.items():
-        print(f"| {name} | {statistics.median(values):.0f} | {min(values):.0f}-{max(values):.0f} | "
-              f"x{statistics.median(values) / base:.2f} |")  # fmt: skip
+        ratio = "" if "seconds" in name else f"x{statistics.median(values) / base:.2f}"
+        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f}-{max(values):.1f} | {ratio} |")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("study", choices=("ablations", "speed", "comparisons"))
-    parser.add_argument("--train", type=int, default=8_000, help="training images (ablations)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs (ablations)")
-    parser.add_argument("--full-size-epochs", type=int, default=2, help="the last, at 32x32 (ablations)")
+    parser.add_argument("study", choices=("ablations", "levers", "speed", "comparisons"))
+    parser.add_argument("--train", type=int, default=10_000, help="training images (ablations, levers)")
+    parser.add_argument("--epochs", type=int, default=8, help="epochs (ablations, levers)")
+    parser.add_argument(
+        "--full-size-epochs", type=int, default=8, help="the last, at 32x32 (ablations, levers)"
+    )
+    parser.add_argument("--precision", choices=PRECISIONS, default="mixed_bfloat16",
+                        help="the recipe's number format (ablations, levers)")  # fmt: skip
+    parser.add_argument(
+        "--out", help="a JSON-lines file of runs to add to and resume from (ablations, levers)"
+    )
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=512, help="global batch, as the lesson's")
+    parser.add_argument("--batch", type=int, default=512, help="global batch (speed)")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
     parser.add_argument("--devices", type=int, default=1, help="logical devices (speed)")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall time per recipe (comparisons)")
@@ -331,7 +424,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--batch {args.batch} must split evenly over --devices {args.devices}")
     if args.minutes <= 0:
         parser.error(f"--minutes must be > 0, got {args.minutes}")
-    {"ablations": ablations, "speed": speed, "comparisons": comparisons}[args.study](args)
+    studies = {"ablations": functools.partial(accuracy_study, variants=ABLATIONS),
+               "levers": functools.partial(accuracy_study, variants=LEVERS),
+               "speed": speed, "comparisons": comparisons}  # fmt: skip
+    studies[args.study](args)
 
 
 if __name__ == "__main__":

@@ -1,183 +1,20 @@
-"""The capstone's recipe (notebook 16), lifted from its cells for its solutions and its benchmark.
+"""The capstone's recipe (lesson 16), for its benchmark, its tests and `make check`: the input
+stream (flips and crops of whole batches, alternating flips, progressive resizing), the network
+(a whitening first layer, convolutions that start as the identity), the one-cycle schedule,
+lookahead, the timing of the arithmetic, the time-to-accuracy record and the test-time views.
 
-`whitening_filters` computes the first layer from the data, `build_capstone_cnn` builds the
-network (airbench's, in Keras), `one_cycle` its learning-rate schedule, `epoch_sides` and
-`capstone_pipeline` its input (progressive resizing), `lookahead` its weight averaging, and
-`tta_view` the test-time augmentation. Notebook 16 writes each out in cells; this is the same
-code, once.
-Importing this module does not import TensorFlow.
+Generated from notebooks/16_capstone.ipynb (its #@save cells) by tools/lesson_code.py: edit the lesson,
+then `make lesson-code`. A test fails when this file and the lesson differ.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
+import keras
 import numpy as np
-
-from mgtutor.support.checks import check_seed, check_whole
-
-if TYPE_CHECKING:
-    import keras
-
-CAPSTONE_WIDTHS = (64, 128, 128)
-LOGIT_SCALE = 1 / 9  # small logits at the start: the softmax is not saturated before anything is learnt
-INITIAL_SCALES = ("keras", "airbench")
-PRECISIONS = ("float32", "mixed_bfloat16")  # the number formats the capstone chooses between
-
-
-def whitening_filters(images: np.ndarray, size: int = 2, eps: float = 5e-4) -> np.ndarray:
-    """Filters (size, size, channels, 2 * size * size * channels) that whiten size x size patches.
-
-    The eigenvectors of the patches' (uncentred) second-moment matrix, scaled by
-    1/sqrt(eigenvalue + eps): their outputs are uncorrelated with mean square ~1. Both
-    signs, as the GELU after them keeps only half of each.
-    """
-    size = check_whole("size", size, 1, "Pass e.g. size=2.")
-    images = np.asarray(images, dtype=np.float32)
-    if images.ndim != 4 or images.shape[1] < size or images.shape[2] < size:
-        raise ValueError(f"images must be a batch (n, height, width, channels) of at least {size}x{size}, "
-                         f"got shape {images.shape}.")  # fmt: skip
-    windows = np.lib.stride_tricks.sliding_window_view(images, (size, size), axis=(1, 2))
-    flat = windows.transpose(0, 1, 2, 4, 5, 3).reshape(-1, size * size * images.shape[-1]).astype(np.float64)
-    values, vectors = np.linalg.eigh(flat.T @ flat / len(flat))
-    kernel = (vectors / np.sqrt(values + eps)).reshape(size, size, images.shape[-1], -1)
-    return np.concatenate([kernel, -kernel], axis=-1).astype(np.float32)
-
-
-def start_as_identity(model: keras.Model) -> int:
-    """Make the first filters of every trainable 3x3 convolution pass their input channel through.
-
-    Returns how many convolutions it set. The other filters keep their random start.
-    """
-    import keras
-
-    count = 0
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.Conv2D) and layer.trainable and layer.kernel.shape[:2] == (3, 3):
-            kernel = np.array(layer.kernel.numpy())
-            n = min(kernel.shape[2:])
-            kernel[..., :n] = 0
-            kernel[1, 1, np.arange(n), np.arange(n)] = 1
-            layer.kernel.assign(kernel)
-            count += 1
-    return count
-
-
-def build_capstone_cnn(
-    input_shape: tuple[int | None, int | None, int] = (None, None, 3),
-    num_classes: int = 10,
-    *,
-    whiten_with: np.ndarray | None = None,
-    widths: tuple[int, ...] = CAPSTONE_WIDTHS,
-    identity: bool = True,
-    seed: int | None = None,
-    whitening_bias: bool = False,
-    initial_scale: str = "keras",
-    head_scale: float = LOGIT_SCALE,
-) -> keras.Model:
-    """Notebook 16's network: frozen whitening, blocks conv-pool-BN-GELU, conv-BN-GELU, a global max-pool.
-
-    `whiten_with`: standardized images to compute the first layer from (`whitening_filters`);
-    None learns a random 2x2 first layer instead (the ablation). ``identity=False`` leaves the
-    convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. The global
-    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open). The
-    logits are float32 under any dtype policy. Also ``build_model("capstone_cnn", ...)``.
-
-    Airbench's levers, for the benchmark's ablations: ``whitening_bias=True`` lets the whitening
-    layer's bias learn (its filters stay frozen; `capstone_optimizer` stops it after some steps);
-    ``initial_scale="airbench"`` starts every learnt kernel as PyTorch does (uniform, variance
-    1/(3 fan_in)) instead of Keras' Glorot; `head_scale` multiplies the logits.
-    """
-    whitening = None if whiten_with is None else whitening_filters(whiten_with)
-    seed = check_seed(seed)
-    import keras
-
-    layers = keras.layers
-    if seed is not None:
-        keras.utils.set_random_seed(seed)
-    if initial_scale not in INITIAL_SCALES:
-        raise ValueError(f"initial_scale must be one of {sorted(INITIAL_SCALES)}, got {initial_scale!r}.")
-    # "airbench": PyTorch's default, uniform with variance 1/(3 fan_in); "keras": Glorot's uniform.
-    start = (keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform")
-             if initial_scale == "airbench" else "glorot_uniform")  # fmt: skip
-    inputs = keras.Input(tuple(input_shape))
-    if whitening is None:
-        x = layers.Conv2D(2 * 2 * 2 * input_shape[-1], 2, name="whitening", kernel_initializer=start)(inputs)
-    else:
-        whiten = layers.Conv2D(whitening.shape[-1], whitening.shape[0], name="whitening",
-                               kernel_initializer=keras.initializers.Constant(whitening))
-        x = whiten(inputs)
-        if whitening_bias:
-            whiten.kernel.trainable = False  # the filters stay as computed; the bias learns
-        else:
-            whiten.trainable = False  # its bias stays 0
-    x = layers.Activation("gelu")(x)
-    for width in widths:
-        for pool in (True, False):
-            x = layers.Conv2D(width, 3, padding="same", use_bias=False, kernel_initializer=start)(x)
-            x = layers.MaxPooling2D()(x) if pool else x
-            x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, scale=False, synchronized=True)(x)
-            x = layers.Activation("gelu")(x)
-    x = layers.GlobalMaxPooling2D()(x)
-    logits = layers.Dense(num_classes, use_bias=False, kernel_initializer=start)(x)
-    logits = layers.Rescaling(head_scale, dtype="float32")(logits)  # float32 logits under mixed precision
-    model = keras.Model(inputs, logits, name="capstone_cnn")
-    if identity:
-        start_as_identity(model)
-    return model
-
-
-def one_cycle(peak: float, total: int, warmup: int, start: float = 0.2, end: float = 0.07) -> Any:
-    """Notebook 16's schedule: linear from start*peak to peak over `warmup` steps, then down to end*peak."""
-    import keras
-    import tensorflow as tf
-
-    class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):
-            step = tf.cast(step, tf.float32)
-            up = start + (1 - start) * step / max(1, warmup)
-            down = 1 - (1 - end) * (step - warmup) / max(1, total - warmup)
-            return peak * tf.where(step < warmup, up, down)
-
-        def get_config(self) -> dict:
-            return {"peak": peak, "total": total, "warmup": warmup, "start": start, "end": end}
-
-    return OneCycle()
-
-
-def capstone_optimizer(
-    learning_rate: Any, *, weight_decay: float, momentum: float = 0.85, bias_boost: float = 1.0,
-    whitening_bias_steps: int = 0,
-) -> Any:  # fmt: skip
-    """Nesterov SGD with decoupled weight decay, and airbench's two exceptions for biases.
-
-    BatchNorm's biases (``beta``) take steps `bias_boost` times larger than the other weights (their
-    decay unchanged: airbench's ``bias_scaler``). The whitening layer's bias, if the model has one,
-    learns at a rate that falls linearly from the others' to 0 over `whitening_bias_steps` steps,
-    then stays where it is, without weight decay.
-    """
-    import keras
-    import tensorflow as tf
-
-    class CapstoneSGD(keras.optimizers.SGD):
-        def build(self, variables):
-            self._boosted = {self._var_key(v) for v in variables if v.path.endswith("/beta")}
-            self._whitening = {self._var_key(v) for v in variables if v.path.startswith("whitening/")}
-            self.exclude_from_weight_decay(var_list=[v for v in variables if v.path.startswith("whitening/")])
-            super().build(variables)
-
-        def update_step(self, gradient, variable, learning_rate):
-            key = self._var_key(variable)
-            if key in self._boosted:
-                learning_rate = learning_rate * bias_boost
-            elif key in self._whitening:
-                done = tf.cast(self.iterations, learning_rate.dtype) / max(1, whitening_bias_steps)
-                learning_rate = learning_rate * tf.maximum(0.0, 1.0 - done)
-            super().update_step(gradient, variable, learning_rate)
-
-    return CapstoneSGD(learning_rate, momentum=momentum, nesterov=True, weight_decay=weight_decay)
+import tensorflow as tf
 
 
 def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,182 +23,200 @@ def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, images.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
 
 
-def flip_and_crop(padded: Any, pad: int = 2, flip: Any = None) -> Any:
-    """Notebook 16's augmentation of a whole batch at once: each image of `padded` (reflect-padded by
-    `pad` pixels) mirrored where `flip` is true (None: with probability 1/2), then cut at a random
-    offset of 0..2*pad each way."""
-    import tensorflow as tf
+def standardize(images, statistics: tuple[np.ndarray, np.ndarray]):
+    """`images` as float32, each channel centred and scaled by the training set's `channel_statistics`."""
+    return (tf.cast(images, tf.float32) - statistics[0]) / statistics[1]
 
+
+def flip_and_crop(padded, flip, pad: int = 2):
+    """A whole batch: image i mirrored if flip[i], then cut at its own random offset (0..2*pad each way)."""
     count = tf.shape(padded)[0]
-    if flip is None:
-        flip = tf.random.uniform([count]) < 0.5
     images = tf.where(flip[:, None, None, None], tf.reverse(padded, [2]), padded)
     rows = tf.random.uniform([count, 1], 0, 2 * pad + 1, tf.int32) + tf.range(padded.shape[1] - 2 * pad)
     columns = tf.random.uniform([count, 1], 0, 2 * pad + 1, tf.int32) + tf.range(padded.shape[2] - 2 * pad)
-    images = tf.gather(images, rows, axis=1, batch_dims=1)
+    images = tf.gather(images, rows, axis=1, batch_dims=1)  # image i keeps its rows rows[i]
     return tf.gather(images, columns, axis=2, batch_dims=1)
 
 
-def epoch_sides(epochs: int, full_size_epochs: int, small_sizes: Sequence[int], full_size: int) -> list[int]:
-    """The image side of each of `epochs` epochs: the last `full_size_epochs` at `full_size`, the ones
-    before them the last entries of `small_sizes` (its first repeated if there are more of them).
+def training_stream(images: np.ndarray, labels, batch_size: int, statistics, *, seed: int = 0, sides=(),
+                    first_epoch: int = 0, alternate: bool = True) -> tf.data.Dataset:
+    """Endless whole batches, flipped and cropped; epoch i's shrunk to sides[i] (later epochs: full size)."""
+    padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")  # once, for every epoch
+    first = np.random.default_rng(seed).random(len(images)) < 0.5  # which images the first pass mirrors
+    dataset = tf.data.Dataset.from_tensor_slices((padded, labels, first)).shuffle(len(images), seed=seed)
+    steps, full = -(-len(images) // batch_size), images.shape[1]  # batches per epoch; the images' own side
+    side_of_epoch = tf.constant([*sides, full])  # epoch i's side; the last entry: every later epoch
 
-    ``epoch_sides(7, 3, [16, 24, 24, 24], 32)`` is ``[16, 24, 24, 24, 32, 32, 32]``; with fewer
-    epochs the first sizes go (``epoch_sides(4, 3, ...)`` is ``[24, 32, 32, 32]``).
-    """
-    epochs = check_whole("epochs", epochs, 1, "Pass e.g. 7.")
-    full_size_epochs = check_whole("full_size_epochs", full_size_epochs, 0, "Pass e.g. 3.")
+    def augment_batch(index, batch):  # batch `index` holds the stream's images index*batch_size onwards
+        x, y, mirrored_first = batch
+        passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
+        flip = tf.math.logical_xor(mirrored_first, passes % 2 == 1)  # the other way from the pass before
+        if not alternate:  # the benchmark's ablation: each image mirrored with probability 1/2, every pass
+            flip = tf.random.uniform([tf.shape(x)[0]]) < 0.5
+        x = standardize(flip_and_crop(x, flip), statistics)
+        side = side_of_epoch[tf.minimum(index // steps, len(sides))]  # this batch's epoch's side
+        return tf.cond(side != full, lambda: tf.image.resize(x, [side, side], antialias=True), lambda: x), y
+
+    # Endless (repeat), so every batch is whole: fit takes steps_per_epoch of them an epoch. A resumed run's
+    # stream counts its batches on from its first epoch.
+    dataset = dataset.repeat().batch(batch_size).enumerate(first_epoch * steps)
+    return dataset.map(augment_batch, num_parallel_calls=2).prefetch(2)
+
+
+def evaluation_stream(images: np.ndarray, labels, batch_size: int, statistics) -> tf.data.Dataset:
+    """The test set once, in order, standardized."""
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size)
+    return dataset.map(lambda x, y: (standardize(x, statistics), y)).prefetch(2)
+
+
+def epoch_sides(epochs: int, full_size_epochs: int, small_sizes, full_size: int) -> list[int]:
+    """Each epoch's image side: the last `full_size_epochs` at `full_size`, the ones before them from the end
+    of `small_sizes` (more of them: its first size again; fewer: its first sizes go)."""
     small = max(0, epochs - full_size_epochs) if len(small_sizes) else 0
     widened = list(small_sizes[:1]) * max(0, small - len(small_sizes)) + list(small_sizes)
     return [int(side) for side in widened[len(widened) - small :]] + [full_size] * (epochs - small)
 
 
-def capstone_pipeline(
-    images: np.ndarray, labels: np.ndarray, batch_size: int, statistics: tuple[np.ndarray, np.ndarray], *,
-    augment: bool, seed: int = 0, alternate: bool = True, sides: Sequence[int] = (), first_epoch: int = 0,
-) -> Any:  # fmt: skip
-    """Notebook 16's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
-    reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
-    each batch flipped and cropped by `flip_and_crop`. The flips alternate (airbench's): half the
-    images, drawn once, are mirrored in odd passes, the other half in even ones (``alternate=False``:
-    each image with probability 1/2 every time, the ablation). Epoch i's batches (of
-    ceil(n / batch_size)) are shrunk to ``sides[i]`` pixels a side (progressive resizing,
-    `epoch_sides`); epochs past the end of `sides` keep the images' own size. `first_epoch` starts
-    the count there (a resumed run). Without `augment`: the images once, in order. Both
-    standardized by `statistics` (the training set's `channel_statistics`)."""
-    import tensorflow as tf
-
-    batch_size = check_whole("batch_size", batch_size, 1, "Pass e.g. batch_size=512.")
-    sides = [check_whole(f"sides[{i}]", side, 10, "Pass sides of 10 or more (the network's least).")
-             for i, side in enumerate(sides)]  # fmt: skip
-    first_epoch = check_whole("first_epoch", first_epoch, 0, "Pass the number of epochs already trained.")
-    mean, std = statistics
-
-    def standardize(x, y):
-        return (tf.cast(x, tf.float32) - mean) / std, y
-
-    if not augment:
-        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size)
-        return dataset.map(standardize).prefetch(2)
-    padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
-    first = np.random.default_rng(seed).random(len(images)) < 0.5  # mirrored in the first pass
-    dataset = tf.data.Dataset.from_tensor_slices((padded, labels, first))
-    dataset = dataset.shuffle(len(images), seed=seed).repeat()
-    full = images.shape[1]
-    side_of_epoch = tf.constant([*sides, full], tf.int32)  # the last entry: every later epoch
-
-    def augment_batch(index, batch):
-        x, y, first_pass = batch
-        passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
-        flip = tf.math.logical_xor(first_pass, passes % 2 == 1) if alternate else None
-        x, y = standardize(flip_and_crop(x, flip=flip), y)
-        side = side_of_epoch[tf.minimum(index // steps, len(sides))]
-        return tf.cond(side != full, lambda: tf.image.resize(x, [side, side], antialias=True), lambda: x), y
-
-    steps = -(-len(images) // batch_size)  # one epoch of the stream
-    dataset = dataset.batch(batch_size).enumerate(first_epoch * steps)
-    return dataset.map(augment_batch, num_parallel_calls=2).prefetch(2)
+def whitening_filters(images: np.ndarray, size: int = 2, eps: float = 5e-4) -> np.ndarray:
+    """Filters whose outputs on `images`' patches are uncorrelated: the eigenvectors of the patches' second
+    moments, scaled by 1/sqrt(eigenvalue + eps). Both signs: the GELU after them keeps half of each."""
+    windows = np.lib.stride_tricks.sliding_window_view(images, (size, size), axis=(1, 2))
+    flat = windows.transpose(0, 1, 2, 4, 5, 3).reshape(-1, size * size * images.shape[-1]).astype(np.float64)
+    values, vectors = np.linalg.eigh(flat.T @ flat / len(flat))
+    kernel = (vectors / np.sqrt(values + eps)).reshape(size, size, images.shape[-1], -1)
+    return np.concatenate([kernel, -kernel], axis=-1).astype(np.float32)
 
 
-def lookahead(total_steps: int, every: int = 5, strength: float = 0.95**5) -> keras.callbacks.Callback:
-    """Notebook 16's lookahead (airbench's), a callback: every `every` steps the weights (BatchNorm's
-    statistics too) move to an average that lags behind them, and take its value. The average's decay
-    grows as ``strength * (step / total_steps) ** 3``: none early, strong as the rate falls. At step
-    `total_steps` the model takes the average itself. Put it after `BackupAndRestore` in the list."""
-    import keras
-
-    total_steps = check_whole("total_steps", total_steps, 1, "Pass the run's number of steps.")
-    every = check_whole("every", every, 1, "Pass e.g. 5.")
-
-    class Lookahead(keras.callbacks.Callback):
-        pulls = 0  # how many times the weights took the average's value
-
-        def on_train_begin(self, logs=None):
-            self.average = self.model.get_weights()  # a resumed run starts from the restored weights
-            self.step = int(self.model.optimizer.iterations.numpy())
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.step += 1
-            if self.step == total_steps:
-                self.pull(1.0)  # the average unmoved: the model takes it
-            elif self.step % every == 0:
-                self.pull(strength * (self.step / total_steps) ** 3)
-
-        def pull(self, decay: float) -> None:
-            weights = self.model.get_weights()
-            self.average = [a + (1 - decay) * (w - a) for a, w in zip(self.average, weights, strict=True)]
-            self.model.set_weights(self.average)
-            self.pulls += 1
-
-    return Lookahead()
+def start_as_identity(model: keras.Model) -> int:
+    """Every 3x3 convolution's first filters pass their input channels through (the others keep their random
+    start); how many convolutions it set."""
+    count = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Conv2D) and tuple(layer.kernel.shape[:2]) == (3, 3):
+            kernel = layer.kernel.numpy()
+            n = min(kernel.shape[2:])
+            kernel[..., :n] = 0
+            kernel[1, 1, np.arange(n), np.arange(n)] = 1
+            layer.kernel.assign(kernel)
+            count += 1
+    return count
 
 
-def fastest_arithmetic(
-    build: Callable[[], keras.Model], images: np.ndarray, labels: np.ndarray, *,
-    precisions: Sequence[str] = PRECISIONS, compilers: Sequence[bool] = (False, True), steps: int = 3,
-) -> tuple[str, bool, dict[str, float]]:  # fmt: skip
-    """Notebook 16's section 4 as one function: time `steps` training steps of a model from `build` on
-    one batch, after an untimed first step, for each precision and compiler (XLA on or off), and
-    return the fastest ``(precision, xla, {"<precision>, XLA on|off": images/s})``, its dtype policy
-    left set. `build` makes the model (in a strategy's scope, if any); the probes use plain SGD."""
-    import keras
-
-    steps = check_whole("steps", steps, 1, "Pass e.g. 3.")
-    unknown = [p for p in precisions if p not in PRECISIONS]
-    if unknown or not precisions or not compilers:
-        raise ValueError(f"precisions must be some of {PRECISIONS} and compilers of (False, True), got "
-                         f"{list(precisions)} and {list(compilers)}.")  # fmt: skip
-    rates: dict[tuple[str, bool], float] = {}
-    for precision in precisions:
-        for xla in compilers:
-            keras.mixed_precision.set_global_policy(precision)
-            probe = build()
-            probe.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
-                          loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # fmt: skip
-            probe.train_on_batch(images, labels)  # traces, and with XLA compiles, the step
-            started = time.perf_counter()
-            for _ in range(steps):
-                probe.train_on_batch(images, labels)
-            rates[precision, xla] = steps * len(images) / (time.perf_counter() - started)
-    precision, xla = max(rates, key=rates.__getitem__)
-    keras.mixed_precision.set_global_policy(precision)
-    return precision, xla, {f"{p}, XLA {'on' if x else 'off'}": rate for (p, x), rate in rates.items()}
+def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, whitening=None,
+                       widths=(64, 128, 128), identity: bool = True, seed: int | None = None) -> keras.Model:
+    """airbench's network: a frozen first layer (`whitening_filters`; None: a learnt 2x2 one), blocks
+    conv-pool-BN-GELU, conv-BN-GELU, a global max-pool (any side from 10 up), logits / 9 in float32."""
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    layers = keras.layers
+    inputs = keras.Input(tuple(input_shape))  # (None, None, 3): any side, as the first epochs' are smaller
+    first = (layers.Conv2D(8 * input_shape[-1], 2, name="whitening") if whitening is None  # learnt: ablation
+             else layers.Conv2D(whitening.shape[-1], whitening.shape[0], trainable=False, name="whitening",
+                                kernel_initializer=keras.initializers.Constant(whitening)))
+    x = layers.Activation("gelu")(first(inputs))
+    for width in widths:
+        for pool in (True, False):
+            x = layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
+            x = layers.MaxPooling2D()(x) if pool else x
+            x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, scale=False, synchronized=True)(x)
+            x = layers.Activation("gelu")(x)
+    logits = layers.Dense(num_classes, use_bias=False)(layers.GlobalMaxPooling2D()(x))
+    model = keras.Model(inputs, layers.Rescaling(1 / 9, dtype="float32")(logits), name="capstone_cnn")
+    if identity:
+        start_as_identity(model)
+    return model
 
 
-def main() -> None:
-    """``python -m mgtutor.capstone``: what the capstone would train with here (`make check` asks), as a
-    result line: one device, a batch of 256 random images at 32x32, 2 timed steps each way."""
-    from mgtutor.devices import setup_devices
-    from mgtutor.support.processes import report_result
-
-    setup_devices(1, verbose=False)
-    rng = np.random.default_rng(0)
-    images = rng.normal(size=(256, 32, 32, 3)).astype(np.float32)
-    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, len(images))]
-    whiten_with = images[:256]
-    precision, xla, rates = fastest_arithmetic(
-        lambda: build_capstone_cnn(whiten_with=whiten_with, seed=0), images, labels, steps=2
-    )
-    report_result({"precision": precision, "xla": xla, "rates": rates})
-
-
-TTA_WEIGHTS = (2.0, 2.0, 1.0, 1.0, 1.0, 1.0)  # airbench's: the unshifted pair counts twice
+def step_rate(build, images, labels, precision: str, xla: bool, steps: int = 3) -> tuple[float, float]:
+    """Images/s of `steps` training steps of a model from `build()` on one batch, in `precision`, with or
+    without XLA, after a first step that traces (and with XLA compiles) it; and that first step's extra
+    seconds. The step alone: notebook 06 measured the tf.data pipeline far faster than training."""
+    keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
+    probe = build()
+    probe.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
+                  loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    started = time.perf_counter()
+    probe.train_on_batch(images, labels)
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(steps):
+        probe.train_on_batch(images, labels)
+    rate = steps * len(images) / (time.perf_counter() - started)
+    return rate, max(0.0, first - len(images) / rate)
 
 
-def tta_view(images: Any, labels: Any, which: int) -> tuple[Any, Any]:
-    """View `which` of a batch for test-time augmentation, for ``dataset.map(partial(tta_view, which=i))``.
+@keras.saving.register_keras_serializable(package="capstone")
+class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear from start*peak up to `peak` over `warmup` steps, then linear down to end*peak at `total`."""
 
-    0 as is, 1 mirrored; 2 and 3 shifted one pixel down-right (reflected at the border), then
-    the same mirrored; 4 and 5 shifted one pixel up-left, and mirrored.
-    """
-    import tensorflow as tf
+    def __init__(self, peak: float, total: int, warmup: int, start: float = 0.2, end: float = 0.07):
+        self.peak, self.total, self.warmup, self.start, self.end = peak, total, max(1, warmup), start, end
 
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        up = self.start + (1 - self.start) * step / self.warmup
+        down = 1 - (1 - self.end) * (step - self.warmup) / max(1, self.total - self.warmup)
+        return self.peak * tf.where(step < self.warmup, up, down)
+
+    def get_config(self):
+        return {"peak": self.peak, "total": self.total, "warmup": self.warmup, "start": self.start,
+                "end": self.end}
+
+
+class Lookahead(keras.callbacks.Callback):
+    """Every `every` steps the weights (BatchNorm's statistics too) move to an average that lags behind them;
+    its decay grows as strength * (step / total_steps)**3. At the last step the model takes the average."""
+
+    def __init__(self, total_steps: int, every: int = 5, strength: float = 0.95**5):
+        super().__init__()
+        self.total_steps, self.every, self.strength, self.pulls = total_steps, every, strength, 0
+
+    def on_train_begin(self, logs=None):
+        self.average = self.model.get_weights()  # BatchNorm's statistics too; a resumed run's restored ones
+        self.step = int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step == self.total_steps:
+            self.pull(1.0)  # the average stays where it is: the model takes it
+        elif self.step % self.every == 0:
+            self.pull(self.strength * (self.step / self.total_steps) ** 3)
+
+    def pull(self, decay: float):
+        weights = self.model.get_weights()
+        self.average = [a + (1 - decay) * (w - a) for a, w in zip(self.average, weights, strict=True)]
+        self.model.set_weights(self.average)
+        self.pulls += 1
+
+
+class TimeToAccuracy(keras.callbacks.Callback):
+    """After each epoch: minutes of training (evaluation included) and test accuracy, kept in a file."""
+
+    def __init__(self, path, finished: int):
+        super().__init__()
+        self.path = path
+        self.curve = (json.loads(path.read_text()) if path.exists() else [])[:finished]  # fit goes on here
+        self.started = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.started is None:  # minutes already trained before a restart carry over
+            self.started = time.perf_counter() - 60 * (self.curve[-1]["minutes"] if self.curve else 0)
+
+    def on_epoch_end(self, epoch, logs=None):
+        minutes = (time.perf_counter() - self.started) / 60
+        self.curve.append({"epoch": epoch + 1, "minutes": minutes, "accuracy": float(logs["val_accuracy"])})
+        self.path.with_suffix(".tmp").write_text(json.dumps(self.curve))
+        self.path.with_suffix(".tmp").replace(self.path)  # atomically: a kill never leaves half a file
+
+
+TTA_WEIGHTS = (2, 2, 1, 1, 1, 1)  # airbench's: the unshifted pair counts twice
+
+
+def tta_view(images, labels, which: int):
+    """View `which` of a batch: 0 as is, 1 mirrored; 2 and 3 shifted one pixel down-right (mirrored at the
+    border), then mirrored; 4 and 5 shifted one pixel up-left, then mirrored."""
     if which >= 2:
         by = 0 if which < 4 else 2
         padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
         images = padded[:, by : by + images.shape[1], by : by + images.shape[2]]
     return (tf.reverse(images, [2]) if which % 2 else images), labels
-
-
-if __name__ == "__main__":
-    main()

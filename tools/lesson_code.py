@@ -26,6 +26,13 @@ MODULES = {
         "mgtutor/prepare.py",
         "Preparing arrays for training: scaled pixels, one-hot labels, a tf.data pipeline (lesson 01).",
     ),
+    "notebooks/16_capstone.ipynb": (
+        "mgtutor/capstone.py",
+        "The capstone's recipe (lesson 16), for its benchmark, its tests and `make check`: the input\n"
+        "stream (flips and crops of whole batches, alternating flips, progressive resizing), the network\n"
+        "(a whitening first layer, convolutions that start as the identity), the one-cycle schedule,\n"
+        "lookahead, the timing of the arithmetic, the time-to-accuracy record and the test-time views.",
+    ),
     "notebooks/11_where_time_goes.ipynb": (
         "mgtutor/training/accumulation.py",
         "Gradient accumulation for `Trainer`: one optimizer update, so one all-reduce, per k batches\n"

@@ -2,7 +2,8 @@
 
 - `runner`: `make run`, every notebook executed with papermill; `run_page`, its ``index.html``;
   `memory`, the peak memory of a notebook's kernel.
-- `preflight`: `make check`, the classroom checklist; `preflight_smoke`, its 2-device step.
+- `preflight`: `make check`, the classroom checklist; `preflight_smoke`, its 2-device step;
+  `preflight_arithmetic`, what lesson 16 will train with here (its own timing, in a child).
 - `datakit`: the classroom data kit, downloaded and checked against published sha256 sums.
 - `lessons`: the series as `make run` sees it, overrides checked before anything runs.
 - `limits`: `lesson_plan`, what each lesson needs of its parameters, read by notebooks and runner.

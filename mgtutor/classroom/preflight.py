@@ -126,7 +126,7 @@ def check_arithmetic() -> Check:
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "mgtutor.capstone"], capture_output=True, text=True,
+            [sys.executable, "-m", "mgtutor.classroom.preflight_arithmetic"], capture_output=True, text=True,
             timeout=ARITHMETIC_TIMEOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -135,7 +135,8 @@ def check_arithmetic() -> Check:
     result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
     if done.returncode != 0 or result is None:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return Check(ARITHMETIC, False, f"failed: {tail}", "run python -m mgtutor.capstone to see why",
+        return Check(ARITHMETIC, False, f"failed: {tail}",
+                     "run python -m mgtutor.classroom.preflight_arithmetic to see why",
                      warning=True)  # fmt: skip
     picked = f"{result['precision']}, XLA {'on' if result['xla'] else 'off'}"
     others = ", ".join(f"{name} {rate:,.0f}" for name, rate in result["rates"].items() if name != picked)

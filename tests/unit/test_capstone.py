@@ -1,21 +1,23 @@
-"""mgtutor.capstone: notebook 16's recipe lifted into the package (whitening, network, schedule, views)."""
+"""mgtutor.capstone, generated from lesson 16's #@save cells: the stream, the network, the schedule,
+lookahead, the timing of the arithmetic, the time-to-accuracy record and the test views."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mgtutor import build_model
 from mgtutor.capstone import (
     TTA_WEIGHTS,
+    Lookahead,
+    OneCycle,
+    TimeToAccuracy,
     build_capstone_cnn,
-    capstone_pipeline,
     epoch_sides,
-    fastest_arithmetic,
+    evaluation_stream,
     flip_and_crop,
-    lookahead,
-    one_cycle,
     start_as_identity,
+    step_rate,
+    training_stream,
     tta_view,
     whitening_filters,
 )
@@ -46,19 +48,12 @@ def test_whitening_filters_decorrelate_the_patches_as_a_convolution_applies_them
     assert before > 0.4  # the input was correlated: the test means something
 
 
-def test_whitening_filters_refuse_what_is_not_a_batch_of_images():
-    with pytest.raises(ValueError, match=r"images must be a batch \(n, height, width, channels\)"):
-        whitening_filters(np.zeros((32, 32, 3)))
-    with pytest.raises(ValueError, match="size must be a whole number >= 1"):
-        whitening_filters(np.zeros((2, 32, 32, 3)), size=0)
-
-
 def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
     import keras
 
     images = _correlated_images()
     kernel = whitening_filters(images)
-    model = build_capstone_cnn(whiten_with=images, seed=0)
+    model = build_capstone_cnn(whitening=kernel, seed=0)
     assert model.count_params() == 570_296  # notebook 16's count, asserted by its checks too
     assert not model.get_layer("whitening").trainable
     np.testing.assert_array_equal(model.get_layer("whitening").kernel.numpy(), kernel)
@@ -76,20 +71,23 @@ def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
     learnt = build_capstone_cnn(seed=0, identity=False)
     assert learnt.get_layer("whitening").trainable
     assert not np.array_equal(learnt.layers[3].kernel.numpy()[1, 1, :24, :24], np.eye(24))
-    again = build_capstone_cnn(seed=0, whiten_with=images)
+    again = build_capstone_cnn(seed=0, whitening=kernel)
     for a, b in zip(again.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)  # the same network, the same start
-    with pytest.raises(ValueError, match="must be one of"):
-        build_model("capstone_cnn", (32, 32, 3), 10)  # the lesson's own, not a registry model
     x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype(np.float32)
     assert model.predict(x, verbose=0).shape == (2, 10)
+    wide = build_capstone_cnn(whitening=kernel, widths=(64, 256, 256), seed=0)  # airbench's widths
+    assert [layer.kernel.shape[-1] for layer in wide.layers if isinstance(layer, keras.layers.Conv2D)] == [
+        24, 64, 64, 256, 256, 256, 256]
 
 
 def test_the_schedule_warms_up_from_a_fifth_and_ends_at_seven_percent():
-    schedule = one_cycle(1.5, total=100, warmup=23)
+    schedule = OneCycle(1.5, total=100, warmup=23)
     rates = [float(schedule(step)) for step in (0, 23, 100)]
     assert rates == pytest.approx([0.3, 1.5, 0.105], rel=1e-6)
     assert float(schedule(60)) == pytest.approx(1.5 * (1 - 0.93 * 37 / 77), rel=1e-6)
+    config = schedule.get_config()
+    assert OneCycle.from_config(config).get_config() == config  # what a saved model's optimizer reloads
 
 
 def _windows(padded: np.ndarray, size: int) -> np.ndarray:
@@ -101,13 +99,14 @@ def _windows(padded: np.ndarray, size: int) -> np.ndarray:
 def test_flip_and_crop_cuts_each_image_its_own_window_mirrored_or_not():
     rng = np.random.default_rng(0)
     padded = rng.integers(0, 256, size=(200, 12, 12, 3), dtype=np.uint8)  # 8x8 images padded by 2
-    cut = np.asarray(flip_and_crop(padded, pad=2))
+    flip = rng.random(200) < 0.5
+    cut = np.asarray(flip_and_crop(padded, flip, pad=2))
     assert cut.shape == (200, 8, 8, 3) and cut.dtype == np.uint8  # exact pixels, no interpolation
     windows = _windows(padded, 8)
     same = np.all(windows == cut[:, None], axis=(2, 3, 4))
     mirrored = np.all(windows[:, :, :, ::-1] == cut[:, None], axis=(2, 3, 4))
     assert np.all(same.sum(axis=1) + mirrored.sum(axis=1) == 1)  # random pixels: exactly one match each
-    assert 70 < mirrored.sum() < 130  # about half mirrored (binomial(200, 1/2): 5 sigma either side)
+    np.testing.assert_array_equal(mirrored.any(axis=1), flip)  # mirrored exactly where asked
     offsets = np.argmax(same | mirrored, axis=1)
     assert len(set(offsets.tolist())) == 25  # every offset of 0..4 x 0..4 drawn among 200 images
 
@@ -117,7 +116,7 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
     images = rng.integers(0, 256, size=(1000, 32, 32, 3), dtype=np.uint8)
     labels = np.eye(1000, dtype=np.float32)  # image i's label names it: the stream can be traced
     statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
-    stream = capstone_pipeline(images, labels, 64, statistics, augment=True, seed=0)
+    stream = training_stream(images, labels, 64, statistics, seed=0)
     batches = list(stream.take(32))  # two epochs of ceil(1000 / 64) = 16 steps
     assert [len(x) for x, _ in batches] == [64] * 32  # whole batches: the 17th carries on into pass two
     assert all(x.dtype.name == "float32" and x.shape[1:] == (32, 32, 3) for x, _ in batches)
@@ -135,7 +134,7 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
     first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
     assert 400 < first.sum() < 600  # about half mirrored in the first pass (binomial: 6 sigma either side)
     assert np.all(first != second)  # alternating: each image mirrored in exactly one of the two passes
-    random = capstone_pipeline(images, labels, 64, statistics, augment=True, seed=0, alternate=False)
+    random = training_stream(images, labels, 64, statistics, seed=0, alternate=False)
     batches = list(random.take(32))
     cut = np.round(np.concatenate([np.asarray(x) for x, _ in batches]) * 64.0 + 127.5).astype(np.uint8)
     order = np.concatenate([np.argmax(y, 1) for _, y in batches])
@@ -143,11 +142,9 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
                          for i, c in zip(order, cut, strict=True)])  # fmt: skip
     first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
     assert 400 < np.sum(first == second) < 600  # random flips: about half the images the same way twice
-    tested = list(capstone_pipeline(images, labels, 64, statistics, augment=False))
+    tested = list(evaluation_stream(images, labels, 64, statistics))
     assert [len(x) for x, _ in tested] == [64] * 15 + [40]  # the test set once, in order
     np.testing.assert_allclose(np.asarray(tested[0][0]), (images[:64] - 127.5) / 64.0, rtol=1e-6)
-    with pytest.raises(ValueError, match="batch_size must be a whole number >= 1"):
-        capstone_pipeline(images, labels, 0, statistics, augment=True)
 
 
 def test_the_first_epochs_are_shrunk_whole_and_a_resumed_stream_counts_on_from_its_epoch():
@@ -157,13 +154,13 @@ def test_the_first_epochs_are_shrunk_whole_and_a_resumed_stream_counts_on_from_i
     images = rng.integers(0, 256, size=(100, 32, 32, 3), dtype=np.uint8)  # 100: not a multiple of the batch
     labels = np.eye(100, dtype=np.float32)
     statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
-    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[16, 24])
+    stream = training_stream(images, labels, 32, statistics, sides=[16, 24])
     sides = [x.shape[1:3] for x, _ in stream.take(4 * 4)]  # ceil(100 / 32) = 4 steps an epoch
     assert sides == [(16, 16)] * 4 + [(24, 24)] * 4 + [(32, 32)] * 8
-    resumed = capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[16, 24], first_epoch=1)
+    resumed = training_stream(images, labels, 32, statistics, sides=[16, 24], first_epoch=1)
     assert [x.shape[1] for x, _ in resumed.take(8)] == [24] * 4 + [32] * 4  # epoch 2 small, epoch 3 full
     # A small image is one of its 50 augmented 32x32 windows (mirrored or not, 25 offsets) shrunk whole.
-    stream = capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[24])
+    stream = training_stream(images, labels, 32, statistics, sides=[24])
     ((x_small, y_small),) = stream.take(1)
     padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)), mode="reflect")
     for shrunk, index in zip(np.asarray(x_small)[:8], np.argmax(y_small, 1)[:8], strict=True):
@@ -171,10 +168,6 @@ def test_the_first_epochs_are_shrunk_whole_and_a_resumed_stream_counts_on_from_i
                                   _windows(padded[index : index + 1, :, ::-1], 32)[0]])  # fmt: skip
         candidates = tf.image.resize((windows.astype(np.float32) - 127.5) / 64.0, [24, 24], antialias=True)
         assert np.abs(np.asarray(candidates) - shrunk).max(axis=(1, 2, 3)).min() < 1e-5
-    with pytest.raises(ValueError, match=r"sides\[1\] must be a whole number >= 10"):
-        capstone_pipeline(images, labels, 32, statistics, augment=True, sides=[16, 8])
-    with pytest.raises(ValueError, match="first_epoch must be a whole number >= 0"):
-        capstone_pipeline(images, labels, 32, statistics, augment=True, first_epoch=-1)
 
 
 def test_each_epochs_side_keeps_the_last_full_size_epochs_and_drops_the_first_small_sizes():
@@ -183,8 +176,6 @@ def test_each_epochs_side_keeps_the_last_full_size_epochs_and_drops_the_first_sm
     assert epoch_sides(2, 3, [16, 24], 32) == [32, 32]  # fewer than FULL_SIZE_EPOCHS: all full size
     assert epoch_sides(5, 1, [16, 24], 32) == [16, 16, 16, 24, 32]  # more: the first size again
     assert epoch_sides(3, 0, [], 32) == [32, 32, 32]  # no small sizes
-    with pytest.raises(ValueError, match="epochs must be a whole number >= 1"):
-        epoch_sides(0, 3, [16], 32)
 
 
 def test_lookahead_pulls_every_fifth_step_and_ends_on_its_average():
@@ -203,7 +194,7 @@ def test_lookahead_pulls_every_fifth_step_and_ends_on_its_average():
         model.fit(x[: 8 * steps], y[: 8 * steps], batch_size=8, shuffle=False, verbose=0, callbacks=callbacks)
         return start, model.get_weights()
 
-    callback = lookahead(total_steps=7)
+    callback = Lookahead(total_steps=7)
     start, final = trained(7, [callback])
     _, plain = trained(5, [])  # the same five steps without lookahead
     assert callback.pulls == 2  # at step 5 (a multiple of 5) and at step 7 (the last)
@@ -213,8 +204,6 @@ def test_lookahead_pulls_every_fifth_step_and_ends_on_its_average():
     for begun, ended, without in zip(start, final, plain, strict=True):
         np.testing.assert_allclose(ended, begun + (1 - decay) * (without - begun), rtol=0, atol=1e-6)
     assert any(not np.allclose(b, w) for b, w in zip(start, plain, strict=True))  # the steps moved weights
-    with pytest.raises(ValueError, match="total_steps must be a whole number >= 1"):
-        lookahead(total_steps=0)
 
 
 def test_the_network_takes_any_side_and_its_global_pool_is_the_old_3x3_pool_at_32():
@@ -257,14 +246,14 @@ def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
     images = _correlated_images()
     weights = {}
     for xla in (False, True):
-        model = build_capstone_cnn(whiten_with=images, seed=0)
+        model = build_capstone_cnn(whitening=whitening_filters(images), seed=0)
         loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2)
         model.compile(
             optimizer=keras.optimizers.SGD(0.1, momentum=0.85, nesterov=True), loss=loss, jit_compile=xla
         )
         model.train_on_batch(x, y)
         weights[xla] = model.get_weights()
-    start = build_capstone_cnn(whiten_with=images, seed=0).get_weights()
+    start = build_capstone_cnn(whitening=whitening_filters(images), seed=0).get_weights()
     relative = []  # each variable's XLA difference against how far the plain step moved it
     for plain, xla, before in zip(weights[False], weights[True], start, strict=True):
         moved = float(np.abs(plain - before).max())
@@ -275,7 +264,7 @@ def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
     assert max(relative) < 1e-3
 
 
-def test_the_fastest_arithmetic_is_the_fastest_timed_and_its_policy_stays_set():
+def test_step_rate_times_the_step_in_the_format_asked_and_leaves_it_set():
     import keras
 
     rng = np.random.default_rng(5)
@@ -284,17 +273,34 @@ def test_the_fastest_arithmetic_is_the_fastest_timed_and_its_policy_stays_set():
     made = []
 
     def build():
-        made.append(keras.mixed_precision.global_policy().name)  # each probe made under its policy
+        made.append(keras.mixed_precision.global_policy().name)  # each probe made under its format
         return keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
             "linear", dtype="float32")])  # fmt: skip
 
     try:
-        precision, xla, rates = fastest_arithmetic(build, x, y, compilers=(False,), steps=1)
-        assert made == ["float32", "mixed_bfloat16"] and xla is False
-        assert set(rates) == {"float32, XLA off", "mixed_bfloat16, XLA off"}
-        assert rates[f"{precision}, XLA off"] == max(rates.values())
-        assert keras.mixed_precision.global_policy().name == precision  # set for the model to come
-        with pytest.raises(ValueError, match=r"precisions must be some of \('float32', 'mixed_bfloat16'\)"):
-            fastest_arithmetic(build, x, y, precisions=["mixed_float16"])
+        for precision in ("float32", "mixed_bfloat16"):
+            rate, tracing = step_rate(build, x, y, precision, xla=False, steps=2)
+            assert rate > 0 and tracing >= 0 and made[-1] == precision
+            assert keras.mixed_precision.global_policy().name == precision  # for the model to come
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
+    import keras
+
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(64, 4)).astype(np.float32), rng.integers(0, 2, 64).astype(np.float32)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile("sgd", "binary_crossentropy", metrics=["accuracy"])
+    path = tmp_path / "curve.json"
+    first = TimeToAccuracy(path, finished=0)
+    model.fit(x, y, epochs=3, validation_data=(x, y), verbose=0, callbacks=[first])
+    assert [p["epoch"] for p in first.curve] == [1, 2, 3] and not list(tmp_path.glob("*.tmp"))
+    assert all(0 < a["minutes"] < b["minutes"] for a, b in zip(first.curve, first.curve[1:], strict=False))
+    # Restarted after epoch 2 (BackupAndRestore's record): the file's first two points, then its own.
+    again = TimeToAccuracy(path, finished=2)
+    assert again.curve == first.curve[:2]
+    model.fit(x, y, epochs=3, initial_epoch=2, validation_data=(x, y), verbose=0, callbacks=[again])
+    assert [p["epoch"] for p in again.curve] == [1, 2, 3]
+    assert again.curve[2]["minutes"] > first.curve[1]["minutes"]  # minutes carried over the restart
