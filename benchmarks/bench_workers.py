@@ -130,7 +130,7 @@ def verdict(low: float, high: float) -> str:
 def report_network(
     name: str, pooled: dict, counts: list[int], gradient_bytes: int, args: argparse.Namespace
 ) -> None:
-    from mgtutor.speed.link import fit_link, predicted_step
+    from mgtutor.speed.link import fit_link, ring_seconds
 
     one, most = pooled["1 x 1 core"], max(counts)
     print(
@@ -159,15 +159,15 @@ def report_network(
         f"{statistics.median(rates(full, args.global_batch)):,.0f} images/s"
     )
     sizes = sorted(int(s) for s in workers["link"])
-    link = fit_link(sizes, [statistics.median(workers["link"][str(s)]) for s in sizes])
+    alpha, beta = fit_link(sizes, [statistics.median(workers["link"][str(s)]) for s in sizes])
     print(
-        f"link between {most} workers: alpha {1e6 * link.alpha:.0f} us, beta {link.beta / 1e9:.3f} GB/s "
+        f"link between {most} workers: alpha {1e6 * alpha:.0f} us, beta {beta / 1e9:.3f} GB/s "
         f"(fit of {len(sizes)} sizes, {sizes[0] / 1024:.0f} KB to {sizes[-1] / 2**20:.0f} MB)"
     )
     for n in counts[1:]:
         compute = statistics.median(one["seconds"][str(args.global_batch // n)])
         measured = sorted(pooled[f"{n} x 1 core"]["seconds"][str(args.global_batch)])
-        predicted = predicted_step(compute, gradient_bytes, n, link)
+        predicted = compute + ring_seconds(alpha, beta, gradient_bytes, n)
         print(
             f"{n} workers: predicted step {1000 * predicted:.1f} ms (compute {1000 * compute:.1f} + ring "
             f"{1000 * (predicted - compute):.1f}), measured {1000 * statistics.median(measured):.1f} ms "
