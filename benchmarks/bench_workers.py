@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "14_pinned_workers.ipynb"
@@ -70,7 +71,6 @@ def run_jobs(
     worker: Path, model_file: Path, counts: list[int], args: argparse.Namespace, train: bool
 ) -> dict:
     """Every configuration's worker-0 report, pooled over the rounds; `train`: the lesson's recipe too."""
-    from mgtutor import launch
 
     jobs = {f"{n} x 1 core": (n, 1) for n in counts} | {f"1 x {max(counts)} cores": (1, max(counts))}
     common = {"model_file": str(model_file), "dataset": "cifar10", "data_path": args.data_path,
@@ -91,8 +91,7 @@ def run_jobs(
             batches |= {args.global_batch // m for m in counts} if name == "1 x 1 core" else set()
             trains = train and round_ == 0 and (n in (1, max(counts)) or cores > 1)
             settings = {**common, "batches": sorted(batches), "train": trains}
-            job = launch(worker, n, args=[json.dumps(settings)], cores_per_worker=cores, timeout=args.timeout,
-                         stream=False, check=True, cwd=worker.parent)  # fmt: skip
+            job = launch_retrying(worker, n, settings, cores, args)
             report = job.results[0]
             into = pooled.setdefault(name, {"seconds": {}, "parts": {}, "link": {}, "training": None})
             for key in ("seconds", "parts", "link"):
@@ -106,6 +105,29 @@ def run_jobs(
                 flush=True,
             )
     return pooled
+
+
+def launch_retrying(worker: Path, n: int, settings: dict, cores: int, args: argparse.Namespace) -> Any:
+    """One job; a job whose worker dies of a signal runs again, once, and says so.
+
+    Measured on TF 2.21: the capstone's network (synchronized BatchNorm) under MultiWorkerMirroredStrategy
+    sometimes aborts a worker with "free(): invalid pointer" (SIGABRT); cf. tensorflow#41113.
+    """
+    from mgtutor import launch
+    from mgtutor.training.cluster import ClusterError
+
+    for attempt in (1, 2):
+        try:
+            return launch(worker, n, args=[json.dumps(settings)], cores_per_worker=cores,
+                          timeout=args.timeout, stream=False, check=True, cwd=worker.parent)  # fmt: skip
+        except ClusterError as error:
+            killed = [w for w in error.result.workers if w.returncode is not None and w.returncode < 0
+                      and not w.stopped_by_launcher]  # fmt: skip
+            if attempt == 2 or not killed:
+                raise
+            tail = killed[0].log_tail[-1] if killed[0].log_tail else ""
+            print(f"  a worker died ({killed[0].status()}: {tail!r}); the job runs again", flush=True)
+    raise AssertionError("unreachable")
 
 
 def rates(job: dict, batch: int) -> list[float]:
