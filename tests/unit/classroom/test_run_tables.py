@@ -218,3 +218,52 @@ def test_every_figure_the_guide_reads_is_recorded_by_its_lesson(lesson):
     code = "".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"])
     missing = [key for key in READS[lesson] if f'record("{key}"' not in code]
     assert not missing, f"{notebook.name} no longer records {missing}: update learner_figures.READS"
+
+
+# Lesson 14's records from one real run of it (`make run RUN_ARGS="--only 14"`), as summary.json holds them.
+PINNED = json.loads((Path(__file__).parent / "pinned_workers_records.json").read_text())
+PINNED_ROWS = ["1 worker x 1 core", "2 workers x 1 core, strong", "2 workers x 1 core, weak",
+               "1 process x 2 cores"]
+
+
+def _bounds(cell: str) -> tuple[float, float, float]:
+    ratio, low, high = re.fullmatch(r"(\d+\.\d\d) \((\d+\.\d\d)-(\d+\.\d\d)\), .*", cell).groups()
+    return float(ratio), float(low), float(high)
+
+
+def test_lesson_14s_block_is_the_same_in_both_files_and_reads_as_the_lesson_does():
+    text = committed("workers")
+    assert text == committed("workers", 1)
+    assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text) and "TensorFlow 2.21" in text
+    table = parse_table(text)
+    assert list(table)[1:] == PINNED_ROWS and table[PINNED_ROWS[0]][-1] == "1.00"
+    for row in PINNED_ROWS[1:]:
+        ratio, low, high = _bounds(table[row][-1])
+        assert low <= ratio <= high
+        reading = "faster" if low > 1 else "slower" if high < 1 else "within the spread"
+        assert table[row][-1].endswith(reading)
+    assert re.search(r"alpha \d+ us, beta \d+\.\d\d GB/s", text) and "an error of" in text
+
+
+def test_a_run_of_lesson_14_alone_rewrites_only_its_block_from_its_records(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for relative in {relative for targets in TARGETS.values() for relative in targets}:
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    summary = {**_series_summary(), "overrides": {}}
+    defaults = {"REPEATS": 3, "BENCH_STEPS": 5, "TARGET_ACCURACY": 0.4}
+    summary["notebooks"] = [{"notebook": "14_pinned_workers.ipynb", "seconds": 95.0, "peak_rss_mb": 2000,
+                             "end_rss_mb": 900, "records": PINNED, "defaults": defaults}]  # fmt: skip
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    before = block((tmp_path / "README.md").read_text(), "results")
+    main([str(path), "--root", str(tmp_path)])
+    readme, guide = (block((tmp_path / name).read_text(), "workers") for name in ("README.md",
+                                                                                  "docs/teachers.md"))
+    assert readme == guide and block((tmp_path / "README.md").read_text(), "results") == before
+    scaling, link, predicted = PINNED["scaling"], PINNED["link"], PINNED["prediction"]["2"]
+    table = parse_table(readme)
+    assert _bounds(table["2 workers x 1 core, strong"][-1]) == pytest.approx(
+        (scaling["strong 2"]["speedup"], scaling["strong 2"]["low"], scaling["strong 2"]["high"]), abs=0.006)
+    assert f"alpha {1e6 * link['alpha']:.0f} us, beta {link['beta'] / 1e9:.2f} GB/s" in readme
+    assert f"an error of {predicted['error']:+.0%}" in readme and "3 blocks of 5 steps" in readme
+    assert "2026-11-25 19:00:00" in readme and "AMD EPYC" in readme
