@@ -31,7 +31,14 @@ MODULES = {
         "The capstone's recipe (lesson 16), for its benchmark, its tests and `make check`: the input\n"
         "stream (flips and crops of whole batches, alternating flips, progressive resizing), the network\n"
         "(a whitening first layer, convolutions that start as the identity), the one-cycle schedule,\n"
-        "lookahead, the timing of the arithmetic, the time-to-accuracy record and the test-time views.",
+        "lookahead, the timing of the arithmetic, the time-to-accuracy record and the test-time views."
+    ),
+    "notebooks/14_pinned_workers.ipynb": (
+        "mgtutor/speed/link.py",
+        "The link between devices, measured (lesson 14): an all-reduce's time fitted as latency alpha\n"
+        "+ bytes / bandwidth beta, each point weighted by 1 / its time (a fit of the relative error), and\n"
+        "lesson 11's ring all-reduce on that link, (N - 1) alpha + 2(N - 1)/N bytes / beta, which is alpha\n"
+        "+ bytes / beta for the 2 workers it was measured on. `benchmarks/bench_workers.py` uses both.",
     ),
     "notebooks/11_where_time_goes.ipynb": (
         "mgtutor/training/accumulation.py",
