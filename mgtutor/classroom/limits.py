@@ -233,6 +233,14 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {"total_steps": total, "checkpoint_every_steps": every, "kill_after_step": kill}
 
 
+@_lesson("11_where_time_goes")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _common(p, problems, at_least=2, why="the ring all-reduce and accumulation need replicas")
+    _whole(p, "TIMING_STEPS", 1, "steps timed per measurement", problems)
+    _whole(p, "SPEED_REPEATS", 2, "a speed ratio's range needs at least two repeats", problems)
+    return {}
+
+
 def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, problems: list[str]) -> None:
     """Append a problem unless p[name] is a number in [low, high) (no upper end when `high` is None)."""
     value = p.get(name)

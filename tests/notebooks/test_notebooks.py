@@ -757,6 +757,16 @@ def _(records: dict, p: dict) -> None:
     )
     assert f"over {n} devices" in refusal and f"Train on {global_batch} samples" in refusal
     assert records["dataparallel_images_per_s"] > 0
+    # The same SEED draws other initial weights on each backend, so DataParallel starts from TF's.
+    assert records["initial_weights_apart"] > 1e-3
+    # Section 7: the compiling epoch, the two steps' rates, and each convolution timed on both backends.
+    assert records["compile_epoch_seconds"] > 0
+    speed = records["speed"]
+    assert speed["jax_dataparallel"] > 0 and speed["tf_one_device"] > 0 and speed["tf_cores"] > 0
+    layers = records["layer_ms"]
+    assert len(layers["jax"]) == 4 and sorted(layers["jax"]) == sorted(layers["tensorflow"])
+    timed = [*layers["jax"].values(), *layers["tensorflow"].values()]
+    assert all(ms > 0 and cores > 0 for ms, cores in timed)
 
 
 # --------------------------------------------------------------------------- solutions
