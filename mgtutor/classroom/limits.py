@@ -111,6 +111,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 @_lesson("05_batchnorm_and_replica_state")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _parity(p, _common(p, problems, at_least=2, why=_REPLICAS), problems)
+    _whole(p, "SPEED_REPEATS", 2, "the cost's range needs at least two epochs of each", problems)
     if is_whole(p.get("TRAIN_SAMPLES")):
         _at_least(int(p["TRAIN_SAMPLES"]), 64, "TRAIN_SAMPLES must be >= {needed}: section 6 draws batches "
                   "of up to 64 distinct images.", problems)  # fmt: skip
