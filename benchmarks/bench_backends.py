@@ -1,5 +1,5 @@
 """Training throughput of the seed CNN on both Keras backends: JAX one device, JAX DataParallel,
-TensorFlow one device, TensorFlow MirroredStrategy (lesson 12).
+TensorFlow one device (with and without XLA), TensorFlow MirroredStrategy (lesson 12).
 
 Each route runs in its own Python process (one Keras backend per process, devices fixed
 when the backend starts), the routes one after the other so they do not compete for the
@@ -10,9 +10,12 @@ left out; every later epoch is one repeat. Run from the repository root::
     MGTUTOR_DATA_DIR=/work/shared/data python benchmarks/bench_backends.py
 
 The same model (seed CNN, dropout on), optimizer (Adam 1e-3), data and global batch on
-every route; TensorFlow runs without XLA (`jit_compile=False`, as the series does), JAX
-always compiles with XLA. On logical CPU devices (no GPU) the devices share the same
-cores: the numbers compare the routes' overheads, not a speed-up.
+every route; TensorFlow runs without XLA (`jit_compile=False`, as the series does) and, as
+`tf-one-xla`, with it; JAX always compiles with XLA. So `tf-one-xla` against `jax-one`
+tells the compiler's part from the backend's. Each route also prints the cores its
+process kept busy (CPU seconds per second, every thread) and its warm-up epoch's
+seconds (the compile, for XLA). On logical CPU devices (no GPU) the devices share the
+same cores: the numbers compare the routes, not a speed-up of separate devices.
 """
 
 from __future__ import annotations
@@ -22,10 +25,30 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROUTES = ("jax-one", "jax-dataparallel", "tf-one", "tf-mirrored")
+ROUTES = ("jax-one", "jax-dataparallel", "tf-one", "tf-one-xla", "tf-mirrored")
+
+
+def _CoresBusy() -> object:
+    """A Keras callback noting each epoch's cores busy: the process's CPU seconds (all threads) per second."""
+    import time
+
+    import keras
+
+    class CoresBusy(keras.callbacks.Callback):
+        cores: list[float] = []
+
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            self.started = (time.process_time(), time.perf_counter())
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            cpu, wall = time.process_time() - self.started[0], time.perf_counter() - self.started[1]
+            self.cores = [*self.cores, cpu / wall]
+
+    return CoresBusy()
 
 
 def run_one(route: str, devices: int, global_batch: int, samples: int, epochs: int) -> dict:
@@ -33,12 +56,13 @@ def run_one(route: str, devices: int, global_batch: int, samples: int, epochs: i
     from mgtutor.devices import setup_devices
 
     backend = "jax" if route.startswith("jax") else "tensorflow"
-    n = 1 if route.endswith("one") else devices
+    n = devices if route in ("jax-dataparallel", "tf-mirrored") else 1
     setup_devices(n, backend=backend, verbose=False)
     import keras
 
-    from mgtutor.data import load_dataset, one_hot, scale_images
+    from mgtutor.data import load_dataset
     from mgtutor.models import build_seed_cnn
+    from mgtutor.prepare import one_hot, scale_images
     from mgtutor.progress import Throughput
 
     data = load_dataset("cifar10").subset(samples)
@@ -59,15 +83,17 @@ def run_one(route: str, devices: int, global_batch: int, samples: int, epochs: i
         scope = contextlib.nullcontext()
     with scope:
         model = build_seed_cnn(seed=0, dropout=True)
+        xla = backend == "jax" or route.endswith("-xla")
         model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="categorical_crossentropy",
-                      metrics=["accuracy"], jit_compile=backend == "jax")  # fmt: skip
-        meter = Throughput(global_batch, verbose=False)
+                      metrics=["accuracy"], jit_compile=xla)  # fmt: skip
+        meter, busy = Throughput(global_batch, verbose=False), _CoresBusy()
         model.fit(x, y, batch_size=global_batch, epochs=1 + epochs, shuffle=False, verbose=0,
-                  callbacks=[meter])
+                  callbacks=[meter, busy])
     seconds = [entry["seconds"] for entry in meter.epochs]
     return {"route": route, "backend": backend, "devices": n, "global_batch": global_batch,
             "images_per_epoch": len(x), "warmup_seconds": round(seconds[0], 2),
-            "images_per_s": [len(x) / s for s in seconds[1:]], "data": data.summary(),
+            "images_per_s": [len(x) / s for s in seconds[1:]], "cores": busy.cores[1:],
+            "data": data.summary(),
             "load": os.getloadavg()[0]}  # fmt: skip
 
 
@@ -91,9 +117,12 @@ def summarise(results: list[dict]) -> dict[str, dict]:
     """Per route: every repeat's images/s, their median and spread (max - min)."""
     table: dict[str, dict] = {}
     for r in results:
-        entry = table.setdefault(r["route"], {"devices": r["devices"], "repeats": [], "load": []})
+        entry = table.setdefault(r["route"], {"devices": r["devices"], "repeats": [], "load": [], "cores": [],
+                                              "warmup": []})  # fmt: skip
         entry["repeats"].extend(r["images_per_s"])
         entry["load"].append(r["load"])
+        entry["cores"].extend(r.get("cores", []))
+        entry["warmup"].append(r["warmup_seconds"])
     for entry in table.values():
         entry["median"] = statistics.median(entry["repeats"])
         entry["spread"] = max(entry["repeats"]) - min(entry["repeats"])
@@ -103,14 +132,19 @@ def summarise(results: list[dict]) -> dict[str, dict]:
 def report(results: list[dict]) -> str:
     table = summarise(results)
     first = results[0]
-    lines = [f"data: {first['data']}; global batch {first['global_batch']}, "
+    from mgtutor.support.system import cpu, describe_cpu
+
+    lines = [f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {describe_cpu(cpu())}",
+             f"data: {first['data']}; global batch {first['global_batch']}, "
              f"{first['images_per_epoch']} images per epoch", "",
              f"{'route':<17} {'devices':>7} {'repeats':>7} {'median img/s':>12} {'spread':>8} "
-             f"{'load':>9}"]  # fmt: skip
+             f"{'cores':>5} {'warm-up s':>9} {'load':>9}"]  # fmt: skip
     for route, e in table.items():
         load = f"{min(e['load']):.1f}-{max(e['load']):.1f}"
+        cores = f"{statistics.median(e['cores']):.2f}" if e["cores"] else "-"
+        warmup = statistics.median(e["warmup"])
         lines.append(f"{route:<17} {e['devices']:>7} {len(e['repeats']):>7} {e['median']:>12.0f} "
-                     f"{e['spread']:>8.0f} {load:>9}")  # fmt: skip
+                     f"{e['spread']:>8.0f} {cores:>5} {warmup:>9.1f} {load:>9}")  # fmt: skip
     if "tf-one" in table:
         lines.append("")
         base = table["tf-one"]

@@ -20,7 +20,7 @@ READS: dict[str, tuple[str, ...]] = {
     "04": ("towers_val_accuracy", "parity_max_difference", "parity_weight_moved", "eval_images",
            "eval_loss_difference", "predict_difference", "decay_gradient_errors"),
     "05": ("plain_copy_spread", "synced_copy_spread", "plain_saved_vs_live", "parity_vs_one_device",
-           "bn_routes", "sync_cost_ratio"),
+           "bn_routes", "sync_cost_ratio", "sync_cost_range"),
     "06": ("val_accuracy", "baseline_val_accuracy"),
     "07": ("val_accuracy", "resume_weight_difference"),
     "08": ("lr_rules", "strong_speedup", "strong_speedup_spread", "weak_speedup", "weak_speedup_spread"),
@@ -126,8 +126,10 @@ def _batchnorm(r: Records) -> str:
     jax = next((v for k, v in routes.items() if k.startswith("JAX")), None)
     if jax is not None:
         text += f" JAX's `DataParallel` with plain BatchNorm lands {jax:.1e} from one TF device's statistics."
-    if "sync_cost_ratio" in five:
-        text += f" Synchronized took ×{five['sync_cost_ratio']:.2f} the plain epoch's time here."
+    if "sync_cost_range" in five:
+        low, high = five["sync_cost_range"]
+        text += (f" A synchronized epoch took ×{five['sync_cost_ratio']:.2f} a plain one's time ({low:.2f}–"
+                 f"{high:.2f} over its repeats; a cost only if the range leaves out 1).")
     return text
 
 
@@ -167,9 +169,11 @@ def _speed(r: Records) -> str:
         f"{strong_text}; weak scaling (the same batch per device): {weak_text}. A speed-up counts only "
         "where its range leaves out 1."
     )
-    streams = eight.get("op_streams")
-    if streams:
-        text += f" Section 4's explanation: {streams['sentence']}"
+    if "strong_cores_used" in eight and "op_cores" in eight:
+        busy = ", ".join(f"{n} device(s) {c:.2f}" for n, c in eight["strong_cores_used"].items())
+        text += (f" Why (section 4): cores kept busy while training, {busy}; one convolution alone keeps "
+                 f"{eight['op_cores']:.2f} busy. More devices filling more cores is what a speed-up on "
+                 "logical devices is made of.")
     return text
 
 
@@ -184,6 +188,11 @@ def _cost(r: Records) -> str:
     xla = eleven["xla_images_per_s"]
     counts = " / ".join(sorted(ring, key=int))
     accumulation = eleven["accumulation_parity"]
+    precision, xla_range = eleven.get("precision_ratio_range"), eleven.get("xla_ratio_range")
+    ranges = (f" (bfloat16's ratio over its repeats {precision[0]:.2f}–{precision[1]:.2f}, XLA's "
+              f"{xla_range[0]:.2f}–{xla_range[1]:.2f}; the CPU's bfloat16 instructions: "
+              f"{', '.join(eleven.get('cpu_bf16_instructions', [])) or 'none found'})"
+              if precision and xla_range else "")  # fmt: skip
     return (
         f"**Cost (11).** The ring equals `tf.add_n` to {eleven['ring_vs_add_n']:.1e}; each device sends "
         f"{sends} MB for *N* = {counts}, against {gathers} MB gathered on one device. Accumulation "
@@ -192,7 +201,7 @@ def _cost(r: Records) -> str:
         f"BatchNorm. `mixed_bfloat16` trained at {rates['mixed_bfloat16']:,.0f} images/s against "
         f"float32's {rates['float32']:,.0f} (×{rates['mixed_bfloat16'] / rates['float32']:.2f}), to a test "
         f"accuracy of {eleven['bf16_val_accuracy']:.3f} against {eleven['baseline_val_accuracy']:.3f}; XLA "
-        f"ran at ×{xla['jit_compile=True'] / xla['default']:.2f} the default step."
+        f"ran at ×{xla['jit_compile=True'] / xla['default']:.2f} the default step{ranges}."
     )
 
 
@@ -207,7 +216,21 @@ def _jax(r: Records) -> str:
         f"one SGD step differs from TF's one device by at most {max(routes.values()):.1e} on the four "
         "routes; BatchNorm's moving mean under `DataParallel` is "
         f"{twelve['bn_moving_mean_dp_vs_one_device']:.1e} from one device's, one device's slice alone "
-        f"{twelve['bn_moving_mean_slice_vs_one_device']:.2f}."
+        f"{twelve['bn_moving_mean_slice_vs_one_device']:.2f}." + _jax_speed(twelve)
+    )
+
+
+def _jax_speed(twelve: dict[str, Any]) -> str:
+    """Section 7's figures, where the run recorded them."""
+    if "speed" not in twelve or "layer_ms" not in twelve:
+        return ""
+    speed, layers = twelve["speed"], twelve["layer_ms"]
+    tf_ms = {name: ms for name, (ms, _) in layers["tensorflow"].items()}
+    ratios = ", ".join(f"{name} ×{ms / tf_ms[name]:.2f}" for name, (ms, _) in layers["jax"].items())
+    return (
+        f" Speed (section 7): the compiling epoch took {twelve['compile_epoch_seconds']:.0f} s; DataParallel "
+        f"trained at {speed['jax_dataparallel']:,.0f} images/s against TensorFlow's one device at "
+        f"{speed['tf_one_device']:,.0f}; each convolution, JAX's time over TensorFlow's: {ratios}."
     )
 
 

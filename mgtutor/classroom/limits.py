@@ -113,6 +113,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 @_lesson("05_batchnorm_and_replica_state")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _parity(p, _common(p, problems, at_least=2, why=_REPLICAS), problems)
+    _whole(p, "SPEED_REPEATS", 2, "the cost's range needs at least two epochs of each", problems)
     if is_whole(p.get("TRAIN_SAMPLES")):
         _at_least(int(p["TRAIN_SAMPLES"]), 64, "TRAIN_SAMPLES must be >= {needed}: section 6 draws batches "
                   "of up to 64 distinct images.", problems)  # fmt: skip
@@ -233,6 +234,14 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
             "Use None for the checkpoint nearest half-way."
         )
     return {"total_steps": total, "checkpoint_every_steps": every, "kill_after_step": kill}
+
+
+@_lesson("11_where_time_goes")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    _common(p, problems, at_least=2, why="the ring all-reduce and accumulation need replicas")
+    _whole(p, "TIMING_STEPS", 1, "steps timed per measurement", problems)
+    _whole(p, "SPEED_REPEATS", 2, "a speed ratio's range needs at least two repeats", problems)
+    return {}
 
 
 def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, problems: list[str]) -> None:

@@ -280,6 +280,7 @@ def scaling_study(
     output: str | os.PathLike | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     verbose: bool = True,
+    reuse: Study | None = None,
 ) -> Study:
     """Training throughput on each device count of `devices`, with each input pipeline; speed-up and reading.
 
@@ -296,7 +297,10 @@ def scaling_study(
     (within one process; the processes run one after another). Returns a
     `Study`: ``.runs``, ``.reading`` (speed-ups in ``.reading.points``,
     sentences in ``.reading.lines``), ``.table``; with `output`, also writes
-    ``scaling.json`` and ``scaling.png`` there, atomically.
+    ``scaling.json`` and ``scaling.png`` there, atomically. ``reuse=`` an earlier
+    `Study`: a device count whose child would measure exactly what one of its
+    children measured (the same settings, per-replica batch included, and
+    pipelines) takes those runs instead of measuring them again.
     """
     args = check_study(
         devices=devices, pipelines=pipelines, model=model, strategy=strategy,
@@ -309,13 +313,27 @@ def scaling_study(
     ]
     start, runs = time.perf_counter(), []
     for n, group in groups:
+        earlier = _measured_before(reuse, n, group, args.child_settings(n))
         if verbose:
             clock = f"[{time.perf_counter() - start:6.0f} s]"
-            print(f"{clock} {n} device(s): {', '.join(group)} ...", file=sys.stderr, flush=True)
-        runs.extend(_run_child(n, group, args.child_settings(n), args.timeout))
+            done = " (measured by the earlier study)" if earlier else " ..."
+            print(f"{clock} {n} device(s): {', '.join(group)}{done}", file=sys.stderr, flush=True)
+        runs.extend(earlier or _run_child(n, group, args.child_settings(n), args.timeout))
     elapsed = time.perf_counter() - start
     study = Study(args=args, runs=tuple(runs), reading=read_scaling(runs), elapsed_s=elapsed)
     return study if args.output is None else _write_outputs(study, args.output)
+
+
+def _measured_before(reuse: Study | None, n: int, group: Sequence[str], settings: dict) -> list[Run]:
+    """The runs of `reuse` that measured `group` on `n` devices with the same child settings, else []."""
+    if reuse is None:
+        return []
+    if not isinstance(reuse, Study):
+        raise TypeError(f"reuse must be a Study (what scaling_study returns), got {type(reuse).__name__}.")
+    if n not in reuse.args.devices or reuse.args.child_settings(n) != settings:
+        return []
+    found = [run for run in reuse.runs if run.devices == n and run.pipeline in group]
+    return found if sorted(run.pipeline for run in found) == sorted(group) else []
 
 
 # --------------------------------------------------------------------------- command line

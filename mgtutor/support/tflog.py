@@ -36,6 +36,12 @@ TF_NOISE = re.compile(
     r"|.*Unable to register (?:cuDNN|cuFFT|cuBLAS) factory"
     r")"
 )
+# What gRPC prints in a worker whose peer vanished: after a worker killed on purpose, the survivor's
+# report of the crash that was caused, not news (launch keeps it back then, and only then).
+PEER_LOST = re.compile(
+    r"\s*(?:Additional GRPC error information from remote target \S+ while calling"
+    r"|:UNKNOWN:Error received from peer .*grpc_status:14)"
+)
 # A partial line is held this long for the rest of it before being passed on as it is.
 _PARTIAL_LINE_SECONDS = 0.2
 _MAX_LINE_BYTES = 65536

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import weakref
 import zlib
 from pathlib import Path
 from typing import Any
@@ -199,12 +200,33 @@ def _local_ids(strategy: Any) -> list[int]:
     return [int(i) for i in strategy.experimental_local_results(ids)]
 
 
+_GATHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> its all-gather
+
+
+def _all_gather(strategy: Any) -> Any:
+    """The strategy's one all-gather along axis 0, a ``tf.function`` made once and traced once per shape.
+
+    TensorFlow's own ``strategy.gather``, called eagerly, builds a new ``tf.function`` at every call
+    (``CollectiveAllReduce._batch_all_gather``), so that from the fifth metric part a job reads, each
+    read is a retrace and every worker logs TensorFlow's retracing warning. One function per strategy,
+    reused for every part and every checkpoint, traces once per shape of part.
+    """
+    if strategy not in _GATHERS:
+        import tensorflow as tf
+
+        @tf.function
+        def gather(value: Any) -> Any:
+            return strategy.gather(value, axis=0)  # traced here once: its inner function with it
+
+        _GATHERS[strategy] = gather
+    return _GATHERS[strategy]
+
+
 class ReplicaParts:
     """One sync-on-read variable's part on every replica of every worker, saved as one array.
 
     A metric's sum under a strategy lives as one part per replica and is read as their sum. Reading
-    the parts from other workers is an all-gather that every worker of a job joins. Eager on
-    purpose: a ``tf.function`` per variable would trip TensorFlow's retracing warning.
+    the parts from other workers is an all-gather that every worker of a job joins (`_all_gather`).
     """
 
     def __init__(self, strategy: Any, variable: Any) -> None:
@@ -221,7 +243,7 @@ class ReplicaParts:
         mine = self.strategy.experimental_distribute_values_from_function(
             lambda ctx: tf.constant(local[ids.index(int(ctx.replica_id_in_sync_group))])
         )
-        return np.asarray(self.strategy.gather(mine, axis=0))
+        return np.asarray(_all_gather(self.strategy)(mine))
 
 
 def replica_parts(strategy: Any, variables: list) -> list[ReplicaParts] | None:

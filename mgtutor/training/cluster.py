@@ -30,7 +30,7 @@ from typing import Any
 
 from mgtutor.support.checks import check_whole, is_real, is_whole
 from mgtutor.support.processes import parse_result
-from mgtutor.support.tflog import TF_NOISE
+from mgtutor.support.tflog import PEER_LOST, TF_NOISE
 from mgtutor.training import netns, pinning
 from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
 from mgtutor.training.worker import tf_config
@@ -319,7 +319,8 @@ class LocalCluster:
                 self._watch_hit.set()
                 if self._watch[0] < len(self._procs):  # (else the wait loop kills it once started)
                     self.kill(self._watch[0])  # at once: a few ms later the job may be past the point
-            if self.stream and not (self.quiet_tf and TF_NOISE.match(line)):
+            lost = self._watch_hit.is_set() and PEER_LOST.match(line)  # the killed worker's peers
+            if self.stream and not (self.quiet_tf and (TF_NOISE.match(line) or lost)):
                 with self._print_lock:
                     print(f"[worker {index}] {line}", flush=True)
             self._event.set()

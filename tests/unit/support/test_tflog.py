@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mgtutor.support.tflog import TF_NOISE, quiet_python_logs
+from mgtutor.support.tflog import PEER_LOST, TF_NOISE, quiet_python_logs
 from tests.conftest import ROOT
 
 CHILD = ROOT / "tests" / "unit" / "support" / "tflog_child.py"
@@ -125,3 +125,16 @@ def test_only_the_retracing_alarm_about_keras_own_training_functions_is_dropped(
         tf_logger.warning(keras_models)
         tf_logger.warning(own_function)
     assert [r.getMessage() for r in caplog.records] == [own_function]
+
+
+def test_a_vanished_peers_grpc_lines_are_recognised_and_nothing_else():
+    # As a surviving worker printed them in lesson 10 after its peer was killed on purpose (TF 2.21).
+    lost = [
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+        "/tensorflow.WorkerService/RecvBuf:",
+        ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Connection reset by peer", '
+        'grpc_status:14}',
+    ]
+    assert all(PEER_LOST.match(line) for line in lost)
+    kept = ["Epoch 2/3", "checkpoint saved: step 116 (epoch 2, batch 38/78)", "ValueError: grpc_status is 14"]
+    assert not any(PEER_LOST.match(line) for line in kept)
