@@ -8,6 +8,8 @@
 - `feeding`: the batch order both engines replay, and each replica's slice of a global batch.
 - `checkpoints`: the one checkpoint engine of both (state file, refusals, `resume_point`).
 - `worker`: what a worker script uses (`multi_worker_strategy`, `TF_CONFIG`, `weights_digest`).
+- `doctor` (`python -m mgtutor doctor`): a worker script read for branches that part the collectives
+  (`branches`), then run under watch (`stacks`, `watched`): where each worker was, each finding with its fix.
 - `cluster`: `launch`, a multi-worker job on this machine; `netns`, the loopback-only network
   namespace its workers run in; `proctree`, a process and everything it started, killed alike everywhere.
 """

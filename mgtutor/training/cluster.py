@@ -243,6 +243,7 @@ class LocalCluster:
         self._event = threading.Event()  # set on every line: the wait loop wakes up to check
         self._watch_hit = threading.Event()
         self._started = 0.0
+        self.last_output = 0.0  # time.monotonic() of the last line any worker printed
 
     # -- life cycle
 
@@ -254,7 +255,7 @@ class LocalCluster:
         namespace = netns.for_workers(self.isolate, self.ports)
         self.isolated = namespace is not None
         argv = namespace.command(self.argv) if namespace is not None else self.argv
-        self._started = time.monotonic()
+        self._started = self.last_output = time.monotonic()
         try:
             for index in range(self.n_workers):
                 env = {
@@ -308,6 +309,7 @@ class LocalCluster:
                 self._results[index] = result
                 continue
             self._tails[index].append(line)
+            self.last_output = time.monotonic()
             if self._watch is not None and not self._watch_hit.is_set() and self._watch[1].search(line):
                 self._watch_hit.set()
                 if self._watch[0] < len(self._procs):  # (else the wait loop kills it once started)
@@ -317,6 +319,14 @@ class LocalCluster:
                     print(f"[worker {index}] {line}", flush=True)
             self._event.set()
         self._event.set()
+
+    def poll(self) -> list[int | None]:
+        """Each worker's exit code so far: None while it runs (negative: killed by that signal)."""
+        return [proc.poll() for proc in self._procs]
+
+    def tail(self, index: int) -> list[str]:
+        """Worker `index`'s last lines of output (`tail_lines` of them), oldest first."""
+        return list(self._tails[index])
 
     def kill(self, index: int, sig: int | None = None) -> None:
         """Kill worker `index`'s process group: `sig`, default the hard kill (SIGKILL, a crashed machine)."""
