@@ -7,4 +7,5 @@
 - `lessons`: the series as `make run` sees it, overrides checked before anything runs.
 - `limits`: `lesson_plan`, what each lesson needs of its parameters, read by notebooks and runner.
 - `run_tables`: the README's and the teacher's guide's generated blocks, from a run's summary.
+- `learner_figures`: the guide's "what learners should see", every lesson's figures from a run's records.
 """

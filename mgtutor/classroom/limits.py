@@ -157,7 +157,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
             f"SAVE_EVERY_STEPS={every} saves no checkpoint before the kill at batch {kill[1]} of {steps}: "
             f"use SAVE_EVERY_STEPS <= {steps // 2}, or None (a quarter of an epoch)."
         )
-    return {"steps_per_epoch": steps, "save_every_steps": every, "kill_at": kill}
+    return {"steps_per_epoch": steps, "checkpoint_every_steps": every, "kill_at": kill}
 
 
 @_lesson("08_scaling_study")

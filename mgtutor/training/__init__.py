@@ -11,5 +11,6 @@
 - `doctor` (`python -m mgtutor doctor`): a worker script read for branches that part the collectives
   (`branches`), then run under watch (`stacks`, `watched`): where each worker was, each finding with its fix.
 - `cluster`: `launch`, a multi-worker job on this machine; `netns`, the loopback-only network
-  namespace its workers run in; `proctree`, a process and everything it started, killed alike everywhere.
+  namespace its workers run in; `proctree`, a process and everything it started, killed alike everywhere;
+  `pinning`, each worker on cores of its own (``cores_per_worker``), before TensorFlow starts.
 """

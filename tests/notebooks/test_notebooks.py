@@ -678,6 +678,11 @@ def _(records: dict, p: dict) -> None:
     assert parity["float64"] <= 1e-12 and parity["float32"] < 1e-6
     assert records["all_reduces_accumulated"] == 1
     assert records["all_reduces_every_micro_batch"] == p["ACCUMULATION_STEPS"]
+    # The package's engine (mgtutor/training/accumulation.py, generated from the lesson's #@save cells):
+    # k batches make one update, equal to one step on all of them up to float32 rounding, far below the move.
+    engine = records["engine_accumulation"]
+    assert engine["updates"] == 1
+    assert engine["max_weight_difference"] < 1e-6 < 1e-3 < engine["weights_moved"]
     bn = records["batchnorm_accumulation"]
     assert bn["relative"] > 0.01 and bn["max_difference"] > 1000 * parity["float32"]
     keras_result = records["keras_accumulation"]

@@ -331,7 +331,8 @@ def resumable(checkpoints: str, interrupt: bool = False):
         model = tiny()
         compile_sgd(model)
     resumable_fit(model, x_small, y, checkpoint_dir=folder / checkpoints, epochs=2, batch_size=BATCH,
-                  save_every_steps=1, verbose=0, callbacks=[Interrupt()] if interrupt else [])  # fmt: skip
+                  checkpoint_every_steps=1, verbose=0,
+                  callbacks=[Interrupt()] if interrupt else [])  # fmt: skip
     return model
 
 

@@ -8,6 +8,7 @@ import re
 import tomllib
 
 import mgtutor
+from mgtutor.classroom.lessons import find_notebooks
 from tests.conftest import ROOT, run_child
 
 
@@ -136,7 +137,16 @@ def test_the_rooms_import_as_the_readme_map_says():
 
 def test_the_teachers_guide_total_is_the_sum_of_its_lesson_plan():
     text = (ROOT / "docs" / "teachers.md").read_text()
-    minutes = [int(m) for m in re.findall(r"^\| \d\d [^|]+\| (\d+) min \|", text, flags=re.M)]
-    assert len(minutes) == 13  # every lesson but 12, the optional extra, which has its own paragraph
-    hours, rest = divmod(sum(minutes), 60)
-    assert f"About {hours} h {rest} min of teaching (the sum of the column above)" in text
+    plan = re.findall(r"^\| ([^|]+) \| (\d+) min \| (core|second|extra) \|", text, flags=re.M)
+    lessons = [slot.split()[0] for slot, _, _ in plan if slot[:2].isdigit()]
+    assert lessons == [nb.name[:2] for nb in find_notebooks(ROOT / "notebooks")]  # every lesson, once
+    assert plan[0][0].startswith("setup and") and plan[0][2] == "core"  # the setup slot comes first
+    hours, rest = divmod(sum(int(minutes) for _, minutes, _ in plan), 60)
+    assert f"about {hours} h {rest} min of teaching (the column's sum)" in text
+    # The 3-hour cut: each slot starts where the last ended, and the last ends at 3:00.
+    cut = re.findall(r"^\| (\d):(\d\d) \| [^|]*?\((\d+) min\)", text, flags=re.M)
+    clock = 0
+    for hour, minute, minutes in cut:
+        assert int(hour) * 60 + int(minute) == clock
+        clock += int(minutes)
+    assert clock == 180 and cut[0][:2] == ("0", "00")

@@ -63,7 +63,8 @@ def test_the_quick_run_of_the_issue_is_taken_by_every_lesson():
     quick = plans(512, 1, 2)
     assert not [stem for stem, plan in quick.items() if isinstance(plan, str)]
     # 07: 8 batches of 64; saved every 2, killed after batch 5 of the only epoch: the last save is mid-epoch.
-    assert quick["07_save_and_restore"] == {"steps_per_epoch": 8, "save_every_steps": 2, "kill_at": [0, 5]}
+    assert quick["07_save_and_restore"] == {"steps_per_epoch": 8, "checkpoint_every_steps": 2,
+                                            "kill_at": [0, 5]}
     # 09: 512 images hold 8 rounds of 2 x 32: the seed's wrapper runs 6 (two averagings), the parity check 8.
     assert quick["09_parameter_averaging"] == {"seed_rounds": 6, "parity_rounds": 8}
     # 10: 8 steps of 2 x 32: a checkpoint every 2, the kill after the one at step 4.
@@ -77,7 +78,7 @@ def test_derived_steps_fit_the_run(train, epochs, devices):
     if isinstance(save, dict):
         kill_epoch, kill_batch = save["kill_at"]
         assert 0 <= kill_epoch < epochs
-        assert 1 <= save["save_every_steps"] < kill_batch <= save["steps_per_epoch"]
+        assert 1 <= save["checkpoint_every_steps"] < kill_batch <= save["steps_per_epoch"]
     job = plan["10_multi_worker"]
     if isinstance(job, dict):
         assert 0 < job["kill_after_step"] < job["total_steps"]

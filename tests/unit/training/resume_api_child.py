@@ -36,7 +36,7 @@ def unbuilt_model():
 
 def fit(model, epochs, **kwargs):
     return resumable_fit(model, x, y, checkpoint_dir=CKPT, epochs=epochs, batch_size=8,
-                         save_every_steps=2, seed=3, verbose=0, **kwargs)
+                         checkpoint_every_steps=2, seed=3, verbose=0, **kwargs)
 
 
 model = unbuilt_model()

@@ -57,7 +57,7 @@ class PauseForKill(keras.callbacks.Callback):
             time.sleep(300)
 
 
-history = resumable_fit(model, x, y, checkpoint_dir=ckpt, epochs=3, batch_size=32, save_every_steps=2,
+history = resumable_fit(model, x, y, checkpoint_dir=ckpt, epochs=3, batch_size=32, checkpoint_every_steps=2,
                         seed=7, strategy=strategy, callbacks=[PauseForKill()], verbose=0,
                         validation_data=(x_val, y_val))
 np.savez(out + ".npz", *model.get_weights())
