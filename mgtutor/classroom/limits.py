@@ -253,7 +253,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if is_real(watchdog) and is_real(timeout) and not 0 < watchdog < timeout:
         problems.append(f"WATCHDOG_SECONDS={watchdog} must be > 0 and below COLLECTIVE_TIMEOUT={timeout}: "
                         "the stacks are printed before the timeout ends the job.")  # fmt: skip
-    _whole(p, "MEMORY_BUDGET_MB", 80, "the seed CNN's weights, gradients and workspaces need it", problems)
+    _whole(p, "MEMORY_BUDGET_MB", 100, "the seed CNN's weights, gradients and workspaces need it", problems)
     if batch and _whole(p, "NAN_REPLICA", 0, "the replica the blank image goes to", problems):
         if p["NAN_REPLICA"] >= p["N_DEVICES"]:
             problems.append(f"NAN_REPLICA={p['NAN_REPLICA']} names no replica: use < {p['N_DEVICES']}.")

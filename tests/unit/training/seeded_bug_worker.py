@@ -1,6 +1,6 @@
-"""A worker script with a seeded bug, as a user writes one: lesson 10's worker, then the chief alone evaluates.
+"""A worker script with a seeded bug, as users write one: lesson 10's worker, then the chief alone evaluates.
 
-    python -m mgtutor doctor tests/unit/training/seeded_bug_worker.py   # names the `if trainer.is_chief:` line
+    python -m mgtutor doctor tests/unit/training/seeded_bug_worker.py   # names its `if trainer.is_chief:`
 
 `evaluate` sums its metrics over every worker (a collective), so the chief waits for workers that
 never come: test_doctor runs `doctor` on this file, as a user would.

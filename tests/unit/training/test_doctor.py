@@ -1,4 +1,4 @@
-"""`doctor` on worker scripts, as a user runs it: the text read, the job run watched, each finding with its fix."""
+"""`doctor` on worker scripts as a user runs it: the text read, the job run watched, findings with fixes."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_reading_the_seeded_worker_names_the_branch_and_its_collective():
 
 def test_a_clean_script_with_a_timeout_reads_ok(tmp_path):
     script = tmp_path / "clean.py"
-    script.write_text("from mgtutor import multi_worker_strategy\nstrategy = multi_worker_strategy(600)\n")
+    script.write_text("from mgtutor import multi_worker_strategy\n\nstrategy = multi_worker_strategy(600)\n")
     diagnosis = doctoring.doctor(script, run=False, verbose=False)
     assert diagnosis.ok and all(check.ok for check in diagnosis.checks)
 
@@ -56,7 +56,8 @@ def test_keras_fit_under_a_multi_worker_strategy_fails_with_the_issue(tmp_path):
         model.fit(x, y)
     """))  # fmt: skip
     check = next(c for c in doctoring.doctor(script, run=False, verbose=False).checks if "fit" in c.name)
-    assert not check.ok and "line 5" in check.detail and "keras#20585" in check.detail and "Trainer" in check.fix
+    assert not check.ok and "line 5" in check.detail and "keras#20585" in check.detail
+    assert "Trainer" in check.fix
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -125,7 +126,8 @@ def test_watched_runs_the_script_as_python_would_and_prints_its_stack_on_sigusr1
     command = [sys.executable, "-m", "mgtutor.training.watched", str(HERE / "watched_child.py")]
     report = json.loads(subprocess.run([*command, "report"], capture_output=True, text=True, env=child_env(),
                                        timeout=60, check=True).stdout.splitlines()[0])  # fmt: skip
-    assert report == {"argv": [str(HERE / "watched_child.py"), "report"], "name": "__main__", "path0": str(HERE)}
+    assert report == {"argv": [str(HERE / "watched_child.py"), "report"], "name": "__main__",
+                      "path0": str(HERE)}  # fmt: skip
     if not hasattr(signal, "SIGUSR1"):
         pytest.skip("no SIGUSR1 here: watched prints the stack on a timer instead (MGTUTOR_STACK_AFTER)")
     proc = subprocess.Popen([*command, "sleep"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -157,6 +159,7 @@ def test_doctor_runs_the_seeded_worker_and_says_where_each_worker_was():
     (job,) = [c for c in diagnosis.checks if c.name == "the job on 2 workers"]
     assert not job.ok
     (worker_0,) = [c for c in diagnosis.checks if c.name == "worker 0"]
-    assert f"seeded_bug_worker.py:{chief.line}" in worker_0.detail and "(in the branch at line" in worker_0.detail
+    assert f"seeded_bug_worker.py:{chief.line}" in worker_0.detail
+    assert "(in the branch at line" in worker_0.detail
     for pid in diagnosis.run.pids:  # nothing left behind
         assert processes_in_group(pid) == []
