@@ -3,9 +3,9 @@
 ``python -m mgtutor.classroom.run_tables runs/<timestamp>/summary.json`` rewrites the text
 between ``<!-- generated:NAME begin -->`` and ``<!-- generated:NAME end -->`` in
 README.md and docs/teachers.md: from a `make run`, each notebook's time and test accuracy,
-its memory, and every figure the guide says learners should see (`learner_figures`); from a
-`make capstone`, lesson 16's time to accuracy; with the run's date and machine (its CPU model
-and AMX/AVX-512 flags), so no figure there is typed by hand.
+its memory, every figure the guide says learners should see (`learner_figures`) and lesson 15's
+drills (`breaks_page`); from a `make capstone`, lesson 16's time to accuracy; with the run's
+date and machine (its CPU model and AMX/AVX-512 flags), so no figure there is typed by hand.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgtutor.classroom.breaks_page import breaks_block, lesson_15
 from mgtutor.classroom.learner_figures import learners_block
 from mgtutor.support.files import atomic_write
 from mgtutor.support.system import describe_cpu
@@ -180,6 +181,11 @@ def _epoch_minutes(per_side: dict[str, float]) -> str:
     return " An epoch took (median, its test included) " + ", ".join(parts) + "."
 
 
+def teachers_breaks(summary: dict[str, Any]) -> str:
+    """Lesson 15: each drill's symptom, check and fix, and the reported bugs, from the run's records."""
+    return breaks_block(summary, _run_line(summary))
+
+
 def teachers_learners(summary: dict[str, Any]) -> str:
     """Every lesson's figures that learners should see, from the run's records."""
     return learners_block(summary, _run_line(summary))
@@ -190,12 +196,14 @@ GENERATORS: dict[str, Callable[[dict], str]] = {
     "memory": teachers_memory,
     "learners": teachers_learners,
     "capstone": capstone_curve,
+    "breaks": teachers_breaks,
 }
 TARGETS = {
     "results": ("README.md",),
     "memory": ("docs/teachers.md",),
     "learners": ("docs/teachers.md",),
     "capstone": ("README.md", "docs/teachers.md"),
+    "breaks": ("docs/teachers.md",),
 }
 SERIES_BLOCKS = ("results", "memory", "learners")
 
@@ -205,9 +213,12 @@ def _blocks_for(summary: dict[str, Any]) -> list[str]:
     names = [n for n in SERIES_BLOCKS if any(e["notebook"].startswith("02_") for e in summary["notebooks"])]
     if _whole_capstone(summary) is not None:
         names.append("capstone")
+    if lesson_15(summary) is not None:
+        names.append("breaks")
     if not names:
         raise ValueError(
-            "the run holds neither the series (`make run`) nor the whole capstone (`make capstone`)."
+            "the run holds neither the series (`make run`), nor the whole capstone (`make capstone`), nor "
+            "lesson 15."
         )
     return names
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgtutor.training.cluster import LocalCluster
+from mgtutor.training.job_result import describe_exit
 from mgtutor.training.watched import STACK_AFTER
 from mgtutor.training.worker import COLLECTIVE_TIMEOUT
 
@@ -107,14 +108,7 @@ def place_of(index: int, status: str, tail: Sequence[str], folder: Path) -> Work
 
 
 def _status(code: int | None) -> str:
-    if code is None:
-        return "running (stopped by doctor)"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit {code}"
+    return "running (stopped by doctor)" if code is None else describe_exit(code)
 
 
 def _ask_for_stacks(cluster: LocalCluster, codes: list[int | None]) -> None:

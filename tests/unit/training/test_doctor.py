@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -132,13 +133,19 @@ def test_watched_runs_the_script_as_python_would_and_prints_its_stack_on_sigusr1
         pytest.skip("no SIGUSR1 here: watched prints the stack on a timer instead (MGTUTOR_STACK_AFTER)")
     proc = subprocess.Popen([*command, "sleep"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=child_env())  # fmt: skip
+    lines: list[str] = []
     try:
         assert proc.stdout.readline() and proc.stdout.readline().strip() == "waiting"
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
         os.kill(proc.pid, signal.SIGUSR1)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30  # the dump comes at once; a busy machine may be slow to run it
+        while time.monotonic() < deadline and not any("in wait_here" in line for line in lines):
+            time.sleep(0.1)
     finally:
         proc.kill()
-        output = proc.communicate(timeout=30)[0]
+        proc.wait(timeout=30)
+    output = "".join(lines)
     assert 'watched_child.py", line 17 in wait_here' in output  # the sleep, innermost first
 
 
