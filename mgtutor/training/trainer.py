@@ -67,6 +67,12 @@ class Trainer:
     normalises each replica's slice on its own; to train exactly as one device
     does with the global batch, build the model with
     ``BatchNormalization(synchronized=True)`` (`mgtutor.sync_batchnorm`).
+
+    Checkpoints: a second run on the same ``checkpoint_dir`` while one lives is
+    refused (`runlock`); a checkpoint written on another replica count is
+    refused where the model's step depends on the split (plain BatchNorm,
+    random layers: `checkpoints.check_other_replicas`), else it goes on with the
+    same global batch; ``resume_on_other_replicas=True`` goes on anyway.
     """
 
     def __init__(
@@ -357,9 +363,7 @@ class Trainer:
         epoch of `steps_per_epoch` batches is ceil(steps_per_epoch / k) steps,
         the last of the batches left (the mean over those). Callbacks, the bar,
         `checkpoint_every_steps` and ``steps_trained`` count these steps
-        (updates); checkpoints fall between them. A checkpoint written on another
-        replica count is refused when the model's step depends on the split
-        (`checkpoints.check_other_replicas`); `resume_on_other_replicas` goes on.
+        (updates); checkpoints fall between them. `resume_on_other_replicas`: see the class.
         """
         options = FitOptions(
             x=x, y=y, batch_size=batch_size, epochs=epochs, seed=seed, steps_per_epoch=steps_per_epoch,
@@ -384,11 +388,8 @@ class Trainer:
             else:
                 say(f"Trainer: the run in {plan.checkpoint_dir} already finished; its weights are restored.")
         finally:
-            if summaries is not None:
-                summaries.close()
-            if checkpointer is not None:
-                checkpointer.close()
-
+            for opened in filter(None, (summaries, checkpointer)):  # the logs; the folder, for another run
+                opened.close()
         history = checkpoints.history_of(self.model, state, params, resumed_from)
         history.steps_trained = trained
         self.history = history
