@@ -291,7 +291,12 @@ ALLOWED: list[Allowed] = [
         "setting",
         "the lesson plan's teaching minutes: a plan, not a measurement",
     ),
-    Allowed("docs/teachers.md", r"about \d+ h \d+ min of teaching \(the column's sum\)", "law", "its sum"),
+    Allowed(
+        "docs/teachers.md",
+        r"about \d+ h \d+ min of teaching \(the column's sum\)",
+        "law",
+        "the sum of the plan",
+    ),
     Allowed(
         "docs/teachers.md", r"ln 10 ≈ 2\.3026", "law", "the cross-entropy of a uniform guess over ten classes"
     ),
