@@ -19,7 +19,7 @@ CHILD = ROOT / "tests" / "unit" / "training" / "full_disk_child.py"
 def on_a_small_disk(tmp_path, size: str, script: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the shell `script` with a tmpfs of `size` mounted at ``{disk}``, seen by that shell alone."""
     disk = tmp_path / "disk"
-    disk.mkdir()
+    disk.mkdir(parents=True)
     prefixes = (["unshare", "--mount"], ["unshare", "--user", "--map-root-user", "--mount"])
     usable = [p for p in prefixes if shutil.which("unshare") and subprocess.run([*p, "true"]).returncode == 0]
     if not usable:
