@@ -52,6 +52,7 @@ _EXPORTS = {
     "multi_worker_strategy": "training.worker",
     "weights_digest": "training.worker",
     "launch": "training.cluster",
+    "doctor": "training.doctor",
     "report_result": "support.processes",
     # saving and resuming
     "save_model": "saving",

@@ -46,6 +46,10 @@ SECONDS = {
     "solution_on_real_data[03": 8, "saved_on_1_device_loads_on_4": 8, "mirrored_strategy_matches_keras": 7,
     "isolated_workers_listen_on_no_port": 12, "lesson_offline_then_again_on_the_real_data[14": 90,
     "solution_on_real_data[14": 30,
+    # Lesson 15 starts 4 multi-worker jobs and 2 children per run, twice (estimated on a busy machine).
+    "lesson_offline_then_again_on_the_real_data[15": 150, "solution_on_real_data[15": 60,
+    "doctor_runs_the_seeded_worker": 40, "full_disk_names_the_folder_and_the_bytes_and_the_run": 40,
+    "on_1_worker_after_2_the_trainer": 45, "live_runs_folder_is_refused": 30,
 }  # fmt: skip
 
 

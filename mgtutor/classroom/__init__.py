@@ -9,4 +9,5 @@
 - `limits`: `lesson_plan`, what each lesson needs of its parameters, read by notebooks and runner.
 - `run_tables`: the README's and the teacher's guide's generated blocks, from a run's summary.
 - `learner_figures`: the guide's "what learners should see", every lesson's figures from a run's records.
+- `breaks_page`: the guide's "when a learner's job breaks", lesson 15's drills and bugs from a run's records.
 """

@@ -244,6 +244,40 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {}
 
 
+_DRILL_STEPS = {"BAD_STEP": "the step worker 1 skips", "DRIFT_STEP": "the step BatchNorm is unfrozen at",
+                "NAN_STEP": "the step the blank image is in"}  # fmt: skip
+
+
+@_lesson("15_when_it_breaks")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, at_least=2, why="the drills compare replicas, so they need at least two")
+    workers = _whole(p, "N_WORKERS", 2, "worker 1 is the one that skips a step", problems)
+    steps = _whole(p, "STEPS", 2, "steps of the drills' jobs", problems)
+    for name, why in _DRILL_STEPS.items():
+        if _whole(p, name, 0, why, problems) and steps and p[name] >= p["STEPS"]:
+            problems.append(f"{name}={p[name]} must be a step of the job: < STEPS={p['STEPS']}.")
+    for name in ("CHECK_EVERY", "OOM_BATCH", "TIMEOUT"):
+        _whole(p, name, 1, "a count" if name != "TIMEOUT" else "seconds", problems)
+    for name in ("WATCHDOG_SECONDS", "COLLECTIVE_TIMEOUT", "TUTORIAL_SECONDS"):
+        _within(p, name, 0, None, problems)
+    watchdog, timeout = p.get("WATCHDOG_SECONDS"), p.get("COLLECTIVE_TIMEOUT")
+    if is_real(watchdog) and is_real(timeout) and not 0 < watchdog < timeout:
+        problems.append(f"WATCHDOG_SECONDS={watchdog} must be > 0 and below COLLECTIVE_TIMEOUT={timeout}: "
+                        "the stacks are printed before the timeout ends the job.")  # fmt: skip
+    _whole(p, "MEMORY_BUDGET_MB", 100, "the seed CNN's weights, gradients and workspaces need it", problems)
+    if batch and _whole(p, "NAN_REPLICA", 0, "the replica the blank image goes to", problems):
+        if p["NAN_REPLICA"] >= p["N_DEVICES"]:
+            problems.append(f"NAN_REPLICA={p['NAN_REPLICA']} names no replica: use < {p['N_DEVICES']}.")
+    if batch and workers and steps and is_whole(p.get("OOM_BATCH")):
+        per_worker = p["BATCH_SIZE_PER_REPLICA"] * p["N_WORKERS"]
+        needed = max(p["STEPS"] * batch, p["STEPS"] * per_worker, p["OOM_BATCH"], 4 * per_worker)
+        why = (f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: the drills train STEPS global batches on "
+               "N_DEVICES and on N_WORKERS, OOM_BATCH images on one device and read 4 x "
+               "BATCH_SIZE_PER_REPLICA x N_WORKERS rows in section 5: TRAIN_SAMPLES >= {needed}.")
+        _at_least(int(p["TRAIN_SAMPLES"]), needed, why, problems)
+    return {}
+
+
 def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, problems: list[str]) -> None:
     """Append a problem unless p[name] is a number in [low, high) (no upper end when `high` is None)."""
     value = p.get(name)

@@ -14,9 +14,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
+
+from mgtutor.support.checklist import Check, failed, format_checklist
 
 # (package, first bad version, last bad version, why): versions the series is known to fail on.
 KNOWN_BAD = (
@@ -36,15 +38,6 @@ SMOKE = "2-device smoke step"
 ISOLATION = "network isolation"
 JAX_SMOKE = "2-device JAX smoke step"
 ARITHMETIC = "capstone arithmetic"
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    warning: bool = False  # shown, not counted as a failure
 
 
 def _version(package: str) -> tuple[int, ...] | None:
@@ -262,21 +255,6 @@ def run_checks(
     checks.append(check_isolation())
     checks.extend(check_resources(folder or Path.cwd()))
     return checks
-
-
-def failed(checks: Sequence[Check]) -> bool:
-    return any(not c.ok and not c.warning for c in checks)
-
-
-def format_checklist(checks: Sequence[Check], colour: bool = False) -> str:
-    marks = {"ok": "\033[32mok\033[0m", "WARN": "\033[33mWARN\033[0m", "FAIL": "\033[31mFAIL\033[0m"}
-    lines = []
-    for check in checks:
-        word = "ok" if check.ok else ("WARN" if check.warning else "FAIL")
-        lines.append(f"{marks[word] if colour else word:>4}  {check.name}: {check.detail}")
-        if not check.ok:
-            lines.append(f"      fix: {check.fix}")
-    return "\n".join(lines)
 
 
 def checklist_html(checks: Sequence[dict]) -> str:

@@ -3,9 +3,9 @@
 ``python -m mgtutor.classroom.run_tables runs/<timestamp>/summary.json`` rewrites the text
 between ``<!-- generated:NAME begin -->`` and ``<!-- generated:NAME end -->`` in
 README.md and docs/teachers.md: from a `make run`, each notebook's time and test accuracy,
-its memory, and every figure the guide says learners should see (`learner_figures`); from a
-`make capstone`, lesson 16's time to accuracy; with the run's date and machine (its CPU model
-and AMX/AVX-512 flags), so no figure there is typed by hand.
+its memory, every figure the guide says learners should see (`learner_figures`) and lesson 15's
+drills (`breaks_page`); from a `make capstone`, lesson 16's time to accuracy; with the run's
+date and machine (its CPU model and AMX/AVX-512 flags), so no figure there is typed by hand.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgtutor.classroom.breaks_page import breaks_block, lesson_15
 from mgtutor.classroom.learner_figures import learners_block
 from mgtutor.support.files import atomic_write
 from mgtutor.support.system import describe_cpu
@@ -271,6 +272,11 @@ def pinned_workers(summary: dict[str, Any]) -> str:
     )
 
 
+def teachers_breaks(summary: dict[str, Any]) -> str:
+    """Lesson 15: each drill's symptom, check and fix, and the reported bugs, from the run's records."""
+    return breaks_block(summary, _run_line(summary))
+
+
 def teachers_learners(summary: dict[str, Any]) -> str:
     """Every lesson's figures that learners should see, from the run's records."""
     return learners_block(summary, _run_line(summary))
@@ -283,6 +289,7 @@ GENERATORS: dict[str, Callable[[dict], str]] = {
     "capstone": capstone_curve,
     "capstone-long": lambda summary: capstone_curve(summary, "capstone-long"),
     "workers": pinned_workers,
+    "breaks": teachers_breaks,
 }
 TARGETS = {
     "results": ("README.md",),
@@ -291,6 +298,7 @@ TARGETS = {
     "capstone": ("README.md", "docs/teachers.md"),
     "capstone-long": ("README.md",),
     "workers": ("README.md", "docs/teachers.md"),
+    "breaks": ("docs/teachers.md",),
 }
 SERIES_BLOCKS = ("results", "memory", "learners")
 
@@ -304,10 +312,12 @@ def _blocks_for(summary: dict[str, Any]) -> list[str]:
         names.append("capstone-long")
     if _lesson_14(summary) is not None:
         names.append("workers")
+    if lesson_15(summary) is not None:
+        names.append("breaks")
     if not names:
         raise ValueError(
             "the run holds neither the series (`make run`), nor the whole capstone (`make capstone`, "
-            "`make capstone-long`), nor lesson 14."
+            "`make capstone-long`), nor lesson 14 or 15."
         )
     return names
 

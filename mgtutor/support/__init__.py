@@ -1,6 +1,7 @@
 """The plumbing every room shares; learners meet it only through `mgtutor`'s exports.
 
-- `checks`: argument checks, so every "must be a whole number" error reads the same.
+- `checks`: argument checks, so every "must be a whole number" error reads the same; `checklist`: the
+  ok/WARN/FAIL lines `make check` and `doctor` print, each FAIL with its fix.
 - `tflog`: TensorFlow's log lines kept out of outputs (``MGTUTOR_SHOW_TF_LOGS=1`` shows them).
 - `files`: `atomic_write`, a file or folder replaced whole or not at all; `ModelFileError`.
 - `processes`: `run_script`, a script in a child process, its result collected with `report_result`.

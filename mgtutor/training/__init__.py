@@ -6,9 +6,13 @@
   `losses` makes its loss and metrics per-example; `accumulation` sums k batches' gradients before
   the update's one all-reduce.
 - `feeding`: the batch order both engines replay, and each replica's slice of a global batch.
-- `checkpoints`: the one checkpoint engine of both (state file, refusals, `resume_point`).
+- `checkpoints`: the one checkpoint engine of both (state file, refusals, `resume_point`); `runlock`,
+  one run at a time on a checkpoint folder.
 - `worker`: what a worker script uses (`multi_worker_strategy`, `TF_CONFIG`, `weights_digest`).
-- `cluster`: `launch`, a multi-worker job on this machine; `netns`, the loopback-only network
-  namespace its workers run in; `proctree`, a process and everything it started, killed alike everywhere;
-  `pinning`, each worker on cores of its own (``cores_per_worker``), before TensorFlow starts.
+- `doctor` (`python -m mgtutor doctor`): a worker script read for branches that part the collectives
+  (`branches`), then run under watch (`stacks`, `watched`): where each worker was, each finding with its fix.
+- `cluster`: `launch`, a multi-worker job on this machine, and what it reports (`job_result`); `netns`,
+  the loopback-only network namespace its workers run in; `proctree`, a process and everything it
+  started, killed alike everywhere; `pinning`, each worker on cores of its own (``cores_per_worker``),
+  before TensorFlow starts.
 """

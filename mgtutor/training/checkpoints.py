@@ -8,17 +8,21 @@ only, so a restarted process replays exactly the batches that were left.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import warnings
 import weakref
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mgtutor.support.files import ModelFileError, atomic_write
+from mgtutor.training import runlock
 from mgtutor.training.worker import is_chief
 
 STATE_FILE = "resume-state.npz"
@@ -85,22 +89,66 @@ def new_state(settings: dict, **extra: Any) -> dict:
             **extra}  # fmt: skip
 
 
+def _state_arrays(state: dict, groups: dict[str, list]) -> dict[str, np.ndarray]:
+    arrays = {"meta": np.array(json.dumps(state))}
+    for group, variables in groups.items():
+        for i, variable in enumerate(variables):
+            arrays[f"{group}.{i:05d}"] = np.asarray(variable.numpy())
+    return arrays
+
+
+def state_bytes(groups: dict[str, list]) -> int:
+    """At most what these variables' state file takes (an uncompressed npz; 8 bytes a value, headers)."""
+    return sum(8 * int(np.prod(v.shape)) + 256 for variables in groups.values() for v in variables) + 4096
+
+
+def no_space(error: OSError) -> bool:
+    """Whether `error` says the disk (or the user's quota) is full."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(error)
+
+
+def space_error(folder: Path, what: str, needed: int, who: str = "") -> OSError:
+    """The error a full disk gives a checkpoint write: the folder, the bytes needed and free, what is left."""
+    free = shutil.disk_usage(folder if folder.exists() else folder.parent).free
+    where = resume_point(folder) if (folder / STATE_FILE).exists() else None
+    kept = (f"the last checkpoint there (epoch {where[0] + 1}, batch {where[1]}) is intact" if where
+            else "nothing was written there")  # fmt: skip
+    return OSError(
+        errno.ENOSPC,
+        f"{who + ': ' if who else ''}no space left in checkpoint_dir {str(folder)!r} to write {what}: it "
+        f"needs {needed:,} bytes, its disk has {free:,} free. {kept[0].upper()}{kept[1:]}. Free some space "
+        "or move the folder to a larger disk, then run the same call again to resume from it.",
+    )
+
+
+def check_room(folder: Path, groups: dict[str, list], who: str) -> None:
+    """Refuse, before any training, a run whose checkpoint cannot fit on its folder's disk."""
+    needed = state_bytes(groups)
+    existing = folder if folder.exists() else next(p for p in folder.parents if p.exists())
+    if shutil.disk_usage(existing).free < needed:
+        raise space_error(folder, STATE_FILE, needed, who)
+
+
 def write_state(folder: Path, state: dict, groups: dict[str, list], write: bool = True) -> Path:
     """Every variable of `groups` and `state` into the state file, atomically.
 
     The values are read on every worker of a multi-worker job (summed metric
     variables are read with a collective every worker joins); only the one with
-    `write` writes them.
+    `write` writes them. A full disk leaves the last state file as it was and raises
+    an ``OSError`` (ENOSPC) naming the folder and the bytes the write needed.
     """
-    arrays = {"meta": np.array(json.dumps(state))}
-    for group, variables in groups.items():
-        for i, variable in enumerate(variables):
-            arrays[f"{group}.{i:05d}"] = np.asarray(variable.numpy())
+    arrays = _state_arrays(state, groups)
     path = folder / STATE_FILE
     if write:
         folder.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path, ".npz") as temp, open(temp, "wb") as handle:
-            np.savez(handle, **arrays)
+        try:
+            with atomic_write(path, ".npz") as temp, open(temp, "wb") as handle:
+                np.savez(handle, **arrays)
+        except OSError as error:
+            if not no_space(error):
+                raise
+            needed = sum(a.nbytes for a in arrays.values()) + 256 * len(arrays)
+            raise space_error(folder, STATE_FILE, needed) from error
     return path
 
 
@@ -158,14 +206,56 @@ def check_same_settings(folder: Path, saved: dict, settings: dict) -> None:
         )
 
 
-def warn_other_replicas(saved: dict, replicas: int, who: str) -> None:
-    if saved.get("replicas", replicas) != replicas:
-        warnings.warn(
-            f"{who}: the checkpoint was written with {saved.get('replicas')} replica(s), this run has "
-            f"{replicas}. Training continues correctly, but the result will not be bit-identical to an "
-            "uninterrupted run.",
-            stacklevel=3,
-        )
+_GENERATORS = ("seed_generator", "generator")  # where Keras layers keep the SeedGenerator they draw from
+
+
+def split_dependent_layers(model: Any) -> dict[str, list[str]]:
+    """The layers whose training step depends on how the global batch is split over replicas.
+
+    Plain BatchNormalization normalises each replica's slice with that slice's statistics; a
+    layer that draws random numbers (Dropout, noise, augmentation) draws them per slice.
+    """
+    import keras
+
+    found: dict[str, list[str]] = {"BatchNormalization (not synchronized)": [], "random draws": []}
+    stack = list(model.layers)
+    while stack:
+        layer = stack.pop(0)
+        stack.extend(getattr(layer, "layers", []))
+        if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False):
+            found["BatchNormalization (not synchronized)"].append(layer.name)
+        elif any(isinstance(getattr(layer, a, None), keras.random.SeedGenerator) for a in _GENERATORS):
+            found["random draws"].append(layer.name)
+    return {kind: names for kind, names in found.items() if names}
+
+
+def check_other_replicas(saved: dict, replicas: int, model: Any, folder: Path, who: str, allow: bool) -> str:
+    """Resuming on another replica count: refused where the model's step depends on the split.
+
+    The global batch is the run's setting, so it stays; each replica takes its new share. Where
+    no layer depends on the split the run continues as the uninterrupted one would, to float
+    rounding; else it is refused (`allow` continues anyway). Returns the sentence to say, or "".
+    """
+    before = saved.get("replicas", replicas)
+    if before == replicas:
+        return ""
+    batch = saved["settings"]["batch_size"]
+    moved = f"{who}: the checkpoint in {str(folder)!r} was written on {before} replica(s), this run has "
+    moved += f"{replicas}"
+    layers = split_dependent_layers(model)
+    if not layers:
+        return (f"{moved}. The global batch stays {batch} ({batch // replicas} per replica now) and no "
+                "layer depends on the split, so the run goes on as the uninterrupted one would, to float "
+                "rounding.")  # fmt: skip
+    listed = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in layers.items())
+    why = (f"{moved}, and the model has layers whose step depends on how the global batch is split "
+           f"({listed}): the rest of the run would train differently from the uninterrupted one")  # fmt: skip
+    if allow:
+        return f"{why}. Going on anyway (resume_on_other_replicas=True)."
+    raise ValueError(
+        f"{why}. Resume on {before} replica(s), or use BatchNormalization(synchronized=True) and no random "
+        "layers, or pass resume_on_other_replicas=True to go on anyway (a correct run, not the same one)."
+    )
 
 
 # --------------------------------------------------------------------------- restoring
@@ -311,6 +401,35 @@ class StrategyCheckpointer:
     def __init__(self, strategy: Any, folder: Path, groups: dict[str, list], state: dict) -> None:
         self.strategy, self.folder, self.groups, self.state = strategy, folder, groups, state
         self.chief = is_chief(strategy)
+        # The chief alone writes: it holds the folder against a second run, and checks its disk has room.
+        self.lock = runlock.take(folder, "Trainer") if self.chief else None
+        if self.chief:
+            try:
+                check_room(folder, groups, "Trainer")
+            except OSError:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        """Let the folder go: another run may take it."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def load(self, plan: Any, model: Any, replicas: int, say: Callable[[str], None]) -> tuple | None:
+        """The folder's saved state if it holds one of this run (another's is refused), not yet restored."""
+        if self.lock is not None and self.lock.previous:
+            say(self.lock.stale_note("Trainer"))
+        try:
+            saved = read_state(self.folder)
+            if saved is not None:
+                check_same_settings(self.folder, saved[0], plan.settings)
+                allow = plan.resume_on_other_replicas
+                if note := check_other_replicas(saved[0], replicas, model, self.folder, "Trainer", allow):
+                    say(note)
+        except BaseException:
+            self.close()  # refused: the folder is free again
+            raise
+        return saved
 
     def restore(self, values: dict[str, list[np.ndarray]]) -> None:
         restored = [name for name in self.groups if name != "metric_replicas"]

@@ -16,7 +16,6 @@ import math
 import numbers
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from mgtutor.support.checks import check_whole, is_real, is_whole
 from mgtutor.support.processes import parse_result
 from mgtutor.support.tflog import PEER_LOST, TF_NOISE
 from mgtutor.training import netns, pinning
+from mgtutor.training.job_result import ClusterResult, WorkerResult, describe_exit
 from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
 from mgtutor.training.worker import tf_config
 
@@ -41,14 +40,6 @@ DEFAULT_TAIL_LINES = 40
 # termination on Windows); their output is unbuffered, so no log line is lost.
 _REAP_SECONDS = 5.0
 _POLL_SECONDS = 0.05
-
-
-class ClusterError(RuntimeError):
-    """A launched job failed; ``.result`` holds every worker's status and log tail."""
-
-    def __init__(self, message: str, result: ClusterResult) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -66,95 +57,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class WorkerResult:
-    """How one worker ended: exit code (negative: killed by that signal), log tail, reported values."""
-
-    index: int
-    pid: int
-    returncode: int | None
-    result: dict[str, Any] | None
-    log_tail: tuple[str, ...]
-    stopped_by_launcher: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    def status(self) -> str:
-        if self.returncode == 0:
-            return "exit 0"
-        if self.returncode is None:
-            return "still running"
-        if self.returncode < 0:
-            try:
-                name = signal.Signals(-self.returncode).name
-            except ValueError:
-                name = f"signal {-self.returncode}"
-            return f"killed ({name})" + (" by the launcher" if self.stopped_by_launcher else "")
-        return f"exit {self.returncode}"
-
-
-@dataclass(frozen=True)
-class ClusterResult:
-    """What `launch` saw: each worker's end, how long it took, and why it stopped."""
-
-    workers: tuple[WorkerResult, ...]
-    seconds: float
-    timed_out: bool
-    reason: str
-    command: tuple[str, ...] = field(default=())
-    isolated: bool = False  # the workers ran in a private network namespace, loopback only
-    cores: tuple[tuple[int, ...], ...] | None = None  # each worker's own cores; None: not pinned
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and all(worker.ok for worker in self.workers)
-
-    @property
-    def returncodes(self) -> list[int | None]:
-        return [worker.returncode for worker in self.workers]
-
-    @property
-    def results(self) -> list[dict[str, Any] | None]:
-        return [worker.result for worker in self.workers]
-
-    @property
-    def metrics(self) -> dict[str, Any] | None:
-        """The chief's (worker 0's) reported values."""
-        return self.workers[0].result if self.workers else None
-
-    @property
-    def pids(self) -> list[int]:
-        return [worker.pid for worker in self.workers]
-
-    def summary(self) -> str:
-        lines = [f"{len(self.workers)} worker(s), {self.seconds:.1f} s: {self.reason}"]
-        lines.append("  network: " + ("isolated (a private namespace with loopback only)" if self.isolated
-                                      else "not isolated (the workers listened on every interface)"))
-        lines += pinning.summary_lines(self.cores)
-        for worker in self.workers:
-            lines.append(f"  worker {worker.index} (pid {worker.pid}): {worker.status()}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.summary()
-
-    def check(self) -> ClusterResult:
-        """Return self if every worker exited 0, else raise `ClusterError` with the failing logs."""
-        if self.ok:
-            return self
-        tails = []
-        for worker in self.workers:
-            if not worker.ok:
-                tail = "\n".join(f"    {line}" for line in worker.log_tail[-15:])
-                tails.append(f"  worker {worker.index}, {worker.status()}; last lines:\n{tail}")
-        raise ClusterError(self.summary() + "\n" + "\n".join(tails), self)
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -247,6 +149,7 @@ class LocalCluster:
         self._event = threading.Event()  # set on every line: the wait loop wakes up to check
         self._watch_hit = threading.Event()
         self._started = 0.0
+        self.last_output = 0.0  # time.monotonic() of the last line any worker printed
 
     # -- life cycle
 
@@ -258,7 +161,7 @@ class LocalCluster:
         namespace = netns.for_workers(self.isolate, self.ports)
         self.isolated = namespace is not None
         pinning.tell_unpinned(self.cores)
-        self._started = time.monotonic()
+        self._started = self.last_output = time.monotonic()
         try:
             for index in range(self.n_workers):
                 argv = pinning.pinned_command(self.cores, index, self.argv)
@@ -315,6 +218,7 @@ class LocalCluster:
                 self._results[index] = result
                 continue
             self._tails[index].append(line)
+            self.last_output = time.monotonic()
             if self._watch is not None and not self._watch_hit.is_set() and self._watch[1].search(line):
                 self._watch_hit.set()
                 if self._watch[0] < len(self._procs):  # (else the wait loop kills it once started)
@@ -325,6 +229,14 @@ class LocalCluster:
                     print(f"[worker {index}] {line}", flush=True)
             self._event.set()
         self._event.set()
+
+    def poll(self) -> list[int | None]:
+        """Each worker's exit code so far: None while it runs (negative: killed by that signal)."""
+        return [proc.poll() for proc in self._procs]
+
+    def tail(self, index: int) -> list[str]:
+        """Worker `index`'s last lines of output (`tail_lines` of them), oldest first."""
+        return list(self._tails[index])
 
     def kill(self, index: int, sig: int | None = None) -> None:
         """Kill worker `index`'s process group: `sig`, default the hard kill (SIGKILL, a crashed machine)."""
@@ -380,7 +292,7 @@ class LocalCluster:
                     first = failed[0]
                     cause = "killed by the launcher (kill_when matched)" if self._watch_hit.is_set() and (
                         self._watch is not None and first == self._watch[0]
-                    ) else f"failed ({_describe(codes[first])})"
+                    ) else f"failed ({describe_exit(codes[first])})"
                     reason = f"worker {first} {cause}; the others were stopped"
                     self._stop_others(first)
                     break
@@ -421,15 +333,6 @@ class LocalCluster:
             isolated=self.isolated,
             cores=None if self.cores is None else tuple(self.cores),
         )
-
-
-def _describe(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit {code}"
 
 
 def _check_timeout(timeout: Any) -> float:

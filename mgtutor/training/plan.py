@@ -83,6 +83,7 @@ class FitOptions:
     validation_batch_size: Any = None
     log_dir: Any = None
     accumulation_steps: Any = 1
+    resume_on_other_replicas: Any = False
     fit_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -116,6 +117,7 @@ class FitPlan:
     log_dir: Path | None
     settings: dict[str, Any]
     accumulation_steps: int = 1
+    resume_on_other_replicas: bool = False  # a checkpoint of another replica count: go on where refused
     fit_options: dict[str, Any] = field(default_factory=dict)  # resumable_fit's, handed to Keras fit
 
     @property
@@ -258,8 +260,9 @@ def plan_fit(options: FitOptions, *, engine: Engine, replicas: int) -> FitPlan:
     batch_size = check_whole("batch_size", o.batch_size, 1)
     epochs = check_whole("epochs", o.epochs, 1)
     seed = check_whole("seed", o.seed, 0)
-    if not isinstance(o.shuffle, bool):
-        raise TypeError(f"shuffle must be True or False, got {o.shuffle!r}.")
+    for name in ("shuffle", "resume_on_other_replicas"):
+        if not isinstance(getattr(o, name), bool):
+            raise TypeError(f"{name} must be True or False, got {getattr(o, name)!r}.")
     check_batch_divisible(batch_size, replicas)
     steps = _steps(n, batch_size, engine.whole_batches, o.steps_per_epoch)
     accumulation = _check_accumulation(o.accumulation_steps, engine)
@@ -278,4 +281,5 @@ def plan_fit(options: FitOptions, *, engine: Engine, replicas: int) -> FitPlan:
         checkpoint_dir=folder, checkpoint_every_steps=every, validation=validation,
         log_dir=None if o.log_dir is None else checkpoints.checkpoint_folder(o.log_dir, "log_dir"),
         settings=settings, accumulation_steps=accumulation, fit_options=dict(o.fit_options),
+        resume_on_other_replicas=o.resume_on_other_replicas,
     )  # fmt: skip

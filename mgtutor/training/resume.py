@@ -17,7 +17,7 @@ import numpy as np
 
 from mgtutor.saving import save_model
 from mgtutor.support.checks import renamed
-from mgtutor.training import checkpoints
+from mgtutor.training import checkpoints, runlock
 from mgtutor.training.feeding import epoch_rows
 from mgtutor.training.plan import RESUMABLE_FIT, FitOptions, FitPlan, plan_fit
 
@@ -142,6 +142,16 @@ class _Checkpointer:
         if step % self.save_every == 0 and step < self.meta["settings"]["steps_per_epoch"]:
             self.save(epoch, step)
 
+    def save_weights(self, name: str) -> None:
+        """One weights file in the folder; a full disk names the folder and the bytes needed."""
+        try:
+            save_model(self.model, self.folder / name, verbose=False)
+        except OSError as error:
+            if not checkpoints.no_space(error):
+                raise
+            needed = sum(int(w.numpy().nbytes) for w in self.model.weights)
+            raise checkpoints.space_error(self.folder, name, needed, "resumable_fit") from error
+
     def epoch_end(self, epoch: int, logs: dict | None) -> None:
         logs = {k: float(v) for k, v in (logs or {}).items()}
         history = self.meta["history"]
@@ -150,7 +160,7 @@ class _Checkpointer:
         self.average()
         # The per-epoch and best files first, the state last: if a kill falls in
         # between, the restart redoes the end of this epoch and writes them again.
-        save_model(self.model, self.folder / EPOCH_FILE.format(epoch=epoch + 1), verbose=False)
+        self.save_weights(EPOCH_FILE.format(epoch=epoch + 1))
         value = logs.get(self.monitor)
         if value is None:
             if not self.warned_monitor:
@@ -161,7 +171,7 @@ class _Checkpointer:
                 )
                 self.warned_monitor = True
         elif self.meta["best"] is None or self.better(value, self.meta["best"]):
-            save_model(self.model, self.folder / BEST_FILE, verbose=False)
+            self.save_weights(BEST_FILE)
             self.meta.update(best=value, best_epoch=epoch)
         self.save(epoch + 1, 0)
 
@@ -272,7 +282,6 @@ def _restore(checkpointer: _Checkpointer, strategy: Any, state: Any, replicas: i
         return None
     model, meta, folder = checkpointer.model, checkpointer.meta, checkpointer.folder
     saved, groups = state
-    checkpoints.warn_other_replicas(saved, replicas, "resumable_fit")
     with strategy.scope():
         checkpoints.restore(model.variables, groups.get("model", []), "model", folder)
         checkpoints.restore(model.optimizer.variables, groups.get("optimizer", []), "optimizer", folder)
@@ -340,26 +349,41 @@ def _train(model: Any, plan: FitPlan, checkpointer: _Checkpointer) -> Any:
 
 
 def _run(model: Any, strategy: Any, plan: FitPlan, monitor: str, mode: str) -> Any:
+    """The run, holding its checkpoint folder: a second live run on it is refused before anything."""
+    lock = runlock.take(plan.checkpoint_dir, "resumable_fit")
+    try:
+        return _run_held(model, strategy, plan, monitor, mode, lock)
+    finally:
+        lock.release()
+
+
+def _run_held(model: Any, strategy: Any, plan: FitPlan, monitor: str, mode: str, lock: Any) -> Any:
     """Restore the state a checkpoint holds (refusing another run's), then train what is left."""
     import keras
     import tensorflow as tf
 
     replicas = int(strategy.num_replicas_in_sync)
     folder = plan.checkpoint_dir
+    say = print if plan.verbose else (lambda *_: None)
+    notes = [lock.stale_note("resumable_fit")]
     state = checkpoints.read_state(folder) if folder.is_dir() else None
     if state is not None:
         checkpoints.check_same_settings(folder, state[0], plan.settings)
+        allow, who = plan.resume_on_other_replicas, "resumable_fit"
+        notes.append(checkpoints.check_other_replicas(state[0], replicas, model, folder, who, allow))
 
     keras.utils.set_random_seed(plan.seed)
     _build(model, strategy, plan, state)
+    files = {"state": [*model.variables, *model.optimizer.variables], "epoch files": model.weights * 2}
+    checkpoints.check_room(folder, files, "resumable_fit")
     tf.config.experimental.enable_op_determinism()
-    folder.mkdir(parents=True, exist_ok=True)
     meta = checkpoints.new_state(
         plan.settings, replicas=replicas, best=None, best_epoch=None, monitor=monitor, keras=keras.__version__
     )
     checkpointer = _Checkpointer(model, folder, meta, plan.checkpoint_every_steps, monitor, mode)
     resumed_from = _restore(checkpointer, strategy, state, replicas)
-    say = print if plan.verbose else (lambda *_: None)
+    for note in filter(None, notes):
+        say(note)
     params = {"epochs": plan.epochs, "steps": plan.steps_per_epoch, "verbose": plan.verbose}
     if meta["stopped"] or meta["epoch"] >= plan.epochs:
         why = "stopped early (stop_training)" if meta["stopped"] else f"reached epoch {meta['epoch']}"
@@ -386,6 +410,7 @@ def resumable_fit(
     monitor: str | None = None,
     mode: str = "auto",
     accumulation_steps: int = 1,
+    resume_on_other_replicas: bool = False,
     **fit_kwargs: Any,
 ) -> Any:
     """``model.fit(x, y, ...)`` that a restart with the same call continues where it was killed.
@@ -414,7 +439,10 @@ def resumable_fit(
     it), so `callbacks` see two ``on_train_begin``/``on_train_end`` pairs in
     that process. `accumulation_steps` takes 1 only (more is refused: use
     ``Trainer.fit(..., accumulation_steps=k)``, see `plan.ACCUMULATION_REFUSED`). The name
-    ``save_every_steps`` (before issue 39) still works, with a warning.
+    ``save_every_steps`` (before issue 39) still works, with a warning. A second run on the
+    same `checkpoint_dir` while this one lives is refused (`runlock`); a checkpoint written on
+    another replica count is refused where the model's step depends on the split
+    (`checkpoints.check_other_replicas`; `resume_on_other_replicas` goes on anyway).
     """
 
     every = renamed(fit_kwargs, "save_every_steps", "checkpoint_every_steps", checkpoint_every_steps, 50)
@@ -425,7 +453,7 @@ def resumable_fit(
         x=x, y=y, sample_weight=sample_weight, batch_size=batch_size, epochs=epochs, seed=seed,
         callbacks=fit_kwargs.pop("callbacks", None), verbose=fit_kwargs.pop("verbose", "auto"),
         checkpoint_dir=checkpoint_dir, checkpoint_every_steps=every, fit_options=fit_kwargs,
-        accumulation_steps=accumulation_steps,
+        accumulation_steps=accumulation_steps, resume_on_other_replicas=resume_on_other_replicas,
     )  # fmt: skip
     plan = plan_fit(options, engine=RESUMABLE_FIT, replicas=replicas)
     if plan.checkpoint_dir is None:

@@ -67,6 +67,12 @@ class Trainer:
     normalises each replica's slice on its own; to train exactly as one device
     does with the global batch, build the model with
     ``BatchNormalization(synchronized=True)`` (`mgtutor.sync_batchnorm`).
+
+    Checkpoints: a second run on the same ``checkpoint_dir`` while one lives is
+    refused (`runlock`); a checkpoint written on another replica count is
+    refused where the model's step depends on the split (plain BatchNorm,
+    random layers: `checkpoints.check_other_replicas`), else it goes on with the
+    same global batch; ``resume_on_other_replicas=True`` goes on anyway.
     """
 
     def __init__(
@@ -327,6 +333,7 @@ class Trainer:
         checkpoint_every_steps: int | None = None,
         log_dir: str | os.PathLike | None = None,
         accumulation_steps: int = 1,
+        resume_on_other_replicas: bool = False,
     ) -> keras.callbacks.History:
         """Train for `epochs` epochs of full global batches of `batch_size`; returns the History.
 
@@ -356,14 +363,14 @@ class Trainer:
         epoch of `steps_per_epoch` batches is ceil(steps_per_epoch / k) steps,
         the last of the batches left (the mean over those). Callbacks, the bar,
         `checkpoint_every_steps` and ``steps_trained`` count these steps
-        (updates); checkpoints fall between them.
+        (updates); checkpoints fall between them. `resume_on_other_replicas`: see the class.
         """
         options = FitOptions(
             x=x, y=y, batch_size=batch_size, epochs=epochs, seed=seed, steps_per_epoch=steps_per_epoch,
             shuffle=shuffle, callbacks=callbacks, verbose=verbose, checkpoint_dir=checkpoint_dir,
             checkpoint_every_steps=checkpoint_every_steps, validation_data=validation_data,
             validation_batch_size=validation_batch_size, log_dir=log_dir,
-            accumulation_steps=accumulation_steps,
+            accumulation_steps=accumulation_steps, resume_on_other_replicas=resume_on_other_replicas,
         )  # fmt: skip
         plan = plan_fit(options, engine=TRAINER, replicas=self.num_replicas)
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
@@ -381,9 +388,8 @@ class Trainer:
             else:
                 say(f"Trainer: the run in {plan.checkpoint_dir} already finished; its weights are restored.")
         finally:
-            if summaries is not None:
-                summaries.close()
-
+            for opened in filter(None, (summaries, checkpointer)):  # the logs; the folder, for another run
+                opened.close()
         history = checkpoints.history_of(self.model, state, params, resumed_from)
         history.steps_trained = trained
         self.history = history
@@ -403,12 +409,14 @@ class Trainer:
         if parts is not None:
             groups["metric_replicas"] = parts
         checkpointer = Checkpointer(self.strategy, plan.checkpoint_dir, groups, state)
-        saved = checkpoints.read_state(plan.checkpoint_dir)
+        saved = checkpointer.load(plan, self.model, self.num_replicas, say)
         if saved is None:
             return state, checkpointer, None
-        checkpoints.check_same_settings(plan.checkpoint_dir, saved[0], plan.settings)
-        checkpointer.restore(saved[1])
-        checkpoints.warn_other_replicas(saved[0], self.num_replicas, "Trainer")
+        try:
+            checkpointer.restore(saved[1])
+        except BaseException:
+            checkpointer.close()
+            raise
         state.update({k: saved[0][k] for k in ("epoch", "step", "history", "stopped")})
         epoch, step = state["epoch"], state["step"]
         say(

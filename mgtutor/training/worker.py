@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import numbers
 import os
 import re
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor.support.checks import is_whole
+from mgtutor.support.checks import is_real, is_whole
 
 
 def tf_config(addresses: Sequence[int | str], index: int, task_type: str = "worker") -> dict[str, Any]:
@@ -65,7 +66,27 @@ def worker_index(strategy: Any = None) -> int:
     return int(getattr(resolver, "task_id", None) or 0)
 
 
-def multi_worker_strategy() -> Any:
+COLLECTIVE_TIMEOUT = "MGTUTOR_COLLECTIVE_TIMEOUT"  # seconds; `doctor` sets it for the scripts it runs
+
+
+def _collective_timeout(seconds: Any) -> float | None:
+    """`seconds` checked (None: ``MGTUTOR_COLLECTIVE_TIMEOUT`` if set, else no timeout)."""
+    if seconds is None:
+        seconds = os.environ.get(COLLECTIVE_TIMEOUT) or None
+        if seconds is None:
+            return None
+        try:
+            seconds = float(seconds)
+        except ValueError:
+            raise ValueError(f"{COLLECTIVE_TIMEOUT}={seconds!r} is not a number of seconds.") from None
+    if not is_real(seconds) or not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"collective_timeout must be a number of seconds > 0 (or None: no timeout), got {seconds!r}."
+        )
+    return float(seconds)
+
+
+def multi_worker_strategy(collective_timeout: float | None = None) -> Any:
     """A ``MultiWorkerMirroredStrategy`` for this worker, configured from ``TF_CONFIG``.
 
     Call it first, before anything else uses TensorFlow (`mgtutor.setup_devices`
@@ -73,7 +94,13 @@ def multi_worker_strategy() -> Any:
     start-up. Each worker trains on all its GPUs, or on ONE CPU device: the
     strategy does not use logical CPU devices. Without ``TF_CONFIG`` it is a
     one-worker strategy, so the same script also runs alone.
+
+    `collective_timeout` (seconds): a collective that waits longer for the other
+    workers fails with ``DeadlineExceededError`` instead of waiting forever, which
+    is what a worker that left the job's sequence of collectives makes the others
+    do (lesson 15). None: ``MGTUTOR_COLLECTIVE_TIMEOUT`` if set, else no timeout.
     """
+    timeout = _collective_timeout(collective_timeout)
     import tensorflow as tf  # only here: calling it is what starts TensorFlow
 
     raw = os.environ.get("TF_CONFIG")
@@ -89,8 +116,9 @@ def multi_worker_strategy() -> Any:
                 '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", '
                 '"index": 0}}; mgtutor.training.cluster.tf_config(ports, index) writes it.'
             )
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     except RuntimeError as err:
         if "startup" not in str(err):
             raise

@@ -103,6 +103,8 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "10_multi_worker_solutions": {"CHECKPOINT_EVERY_STEPS": 4, "KILL_AFTER_STEP": 4},
     # The exercises ask for 4 devices; 256 to 266 images hold accepted and refused sizes.
     "12_keras_on_jax_solutions": {"N_DEVICES": 4},
+    # 256 images: 8 steps of 2 x 16 (workers and devices), the 256-image share that runs out of memory.
+    "15_when_it_breaks_solutions": {"JAX_IMAGES": 256, "REPEATS": 2, "TIMING_STEPS": 3},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 # A new user's quick run, the same for every lesson (`make run EPOCHS=1 TRAIN_SAMPLES=512`; the lesson's
@@ -1066,3 +1068,84 @@ def _(records: dict, p: dict) -> None:
     wanted = [s for s in range(first, first + 11) if (s % batch) % n == 0]
     assert records["accepted_sizes"] == wanted and len(wanted) < 11  # some sizes refused
     assert records["trained_size"] == wanted[0] and math.isfinite(records["trained_loss"])
+
+
+# --------------------------------------------------------------------------- lesson 15
+
+# Each reported bug as Keras 3.15.1 and TensorFlow 2.21 behave here: when a release changes one, this
+# fails, and the lesson's section 5 (and the teacher's guide, generated from it) is updated with it.
+ISSUES_HERE = {
+    "keras#19891": {"not reproduced"},  # fixed in Keras 3.7.0 (keras#20541)
+    "keras#20611": {"not reproduced"},  # Keras 3.7.0 only; fixed in 3.8.0 (keras#20612)
+    "keras#21069": {"not reproduced"},  # fixed in Keras 3.10.0 (keras#21148)
+    # The tutorial as written: a hang or keras#19246's placeholder error, from one run to the next.
+    "tensorflow#72686": {"reproduced (a hang)", "fails instead of hanging"},
+    # No hang: the worker whose files ran out gets empty batches, and oneDNN's convolution gives an
+    # empty batch the input's shape (below), which fails the next layer.
+    "tensorflow#37112": {"other failure"},
+    "keras#20998": {"not testable here"},
+}
+
+
+@checks("15_when_it_breaks")
+def _(records: dict, p: dict) -> None:
+    # 1. The hang: the chief failed on the collective timeout while worker 1 waited for it, at two lines.
+    assert records["hang_returncodes"][0] == 1 and records["hang_returncodes"][1] != 0
+    waits = records["hang_wait_lines"]
+    assert sorted(waits) == ["0", "1"] and waits["0"] != waits["1"]
+    bad = p["BAD_STEP"]
+    assert records["diverged"] == {"steps": [bad, bad + 1], "worker": 1, "step": bad}
+    assert records["fixed_hang"]["trained"] == [p["STEPS"] - 1] * p["N_WORKERS"]
+    assert records["fixed_hang"]["identical"] is True
+    # 2. Silent drift: found at the step BatchNorm is unfrozen, in its moving statistics only.
+    drift, every = records["drift"], p["CHECK_EVERY"]
+    first = -(-(p["DRIFT_STEP"] + 1) // every) * every - 1  # the first check after that step
+    assert drift["first_step"] == first
+    assert all(spread == 0.0 for step, spread in drift["spreads"].items() if int(step) < p["DRIFT_STEP"])
+    assert sorted(v.rsplit("/", 1)[1] for v in drift["variables"]) == ["moving_mean", "moving_variance"]
+    assert records["drift_fixed_spread"] == 0.0
+    assert records["check_cost"]["check_ms"] > 0 and records["check_cost"]["step_ms"] > 0
+    # 3. The NaN: its step, replica and layer, and the blank image's row in that replica's slice.
+    found = records["nan_found"]
+    assert found == {"step": p["NAN_STEP"], "replica": p["NAN_REPLICA"], "layer": "standardize", "rows": [2]}
+    assert records["nan_symptom"]["variables"] and records["nan_symptom"]["replicas"] == p["N_DEVICES"]
+    assert all(math.isfinite(v) for v in records["nan_fixed_losses"])
+    # 4. Out of memory: the share fails, the predicted micro-batches fit, one update as the whole batch's.
+    memory = records["memory"]
+    assert "OOM when allocating tensor" in memory["oom"]
+    assert 0 < memory["largest"] < p["OOM_BATCH"]
+    assert memory["micro_batches"] == -(-p["OOM_BATCH"] // memory["largest"])
+    assert memory["accumulated_mib"] <= p["MEMORY_BUDGET_MB"]
+    accumulation = records["accumulation_vs_whole"]  # float32 sums in another order: 7.5e-9 of 5.9e-4 here
+    assert accumulation["difference"] < 1e-3 * accumulation["moved"]
+    # 5. The reported bugs, as they behave on this Keras and TensorFlow.
+    issues = records["issues"]
+    assert sorted(issues) == sorted(ISSUES_HERE)
+    for name, status in ISSUES_HERE.items():
+        assert issues[name]["status"] in status, (name, issues[name])
+    shape = records["empty_batch_conv"]
+    assert shape["shape"] == [0, 32, 32, 3] != shape["expected"] == [0, 30, 30, 8]
+    details = records["issue_details"]
+    assert details["72686"]["built first"].startswith("first step loss")
+    drills = records["drills"]
+    fields = {"drill", "symptom", "check", "found", "fix", "after"}
+    assert len(drills) == 4 and all(set(drill) == fields for drill in drills)
+    # 6. doctor reads section 1's worker: the seeded branch, at its line; the fixed worker is clean.
+    doctor = records["doctor"]
+    assert doctor["code"] == "if bad:  # ... and skips it"
+    assert doctor["ok"] is False and doctor["fixed_ok"] is True
+
+
+@checks("15_when_it_breaks_solutions")
+def _(records: dict, p: dict) -> None:
+    early = records["exit_early"]
+    # Worker 0 fails seconds after worker 1 ended, naming it ("Socket closed", or the heartbeat timeout's
+    # "stopped sending heartbeats ... crashed": which of the two depends on how TensorFlow noticed).
+    assert 0 < early["seconds"] < 60 and early["blamed"] == [1] and early["error"] == "UnavailableError"
+    numerics = records["check_numerics"]
+    assert numerics["plain_ms"] > 0 and numerics["checked_ms"] > 0
+    assert "Detected Infinity or NaN" in numerics["named"] and "RealDiv" in numerics["named"]
+    jax = records["jax_dataparallel"]
+    assert sorted(jax["rates"]) == ["1", "2"] and all(len(v) == p["REPEATS"] for v in jax["rates"].values())
+    low, high = jax["range"]
+    assert 0 < low <= jax["ratio"] <= high and jax["verdict"] in ("within the spread", "faster", "slower")

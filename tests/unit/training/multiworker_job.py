@@ -26,6 +26,8 @@ parser.add_argument("--checkpoint-every", type=int)
 parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--weights-out")
 parser.add_argument("--accumulation-steps", type=int)  # given: Trainer accumulates, all-reduces are counted
+parser.add_argument("--no-batchnorm", action="store_true")  # a model whose step does not depend on the split
+parser.add_argument("--other-replicas", action="store_true")  # resume_on_other_replicas=True
 args = parser.parse_args()
 
 import mgtutor  # noqa: E402
@@ -55,7 +57,7 @@ def build() -> keras.Model:
         [
             keras.Input((8, 8, 3)),
             keras.layers.Conv2D(4, 3, activation="relu"),
-            keras.layers.BatchNormalization(),
+            *([] if args.no_batchnorm else [keras.layers.BatchNormalization()]),
             keras.layers.Flatten(),
             keras.layers.Dense(4, activation="softmax"),
         ]
@@ -89,6 +91,7 @@ history = trainer.fit(
     callbacks=[SlowDown()] if args.step_seconds else [],
     checkpoint_dir=args.checkpoint_dir,
     checkpoint_every_steps=args.checkpoint_every,
+    resume_on_other_replicas=args.other_replicas,
     **counted,
 )
 index = worker_index(trainer.strategy)

@@ -76,9 +76,36 @@ def test_another_run_model_or_format_is_refused_naming_the_difference(tmp_path):
         checkpoints.read_state(tmp_path)
 
 
-def test_other_replica_count_warns_that_the_result_is_not_bit_identical():
-    with pytest.warns(UserWarning, match="written with 2 replica.*this run has 4"):
-        checkpoints.warn_other_replicas({"replicas": 2}, 4, "Trainer")
+def _net(*layers) -> keras.Model:
+    return keras.Sequential([keras.Input((4, 4, 3)), *layers, keras.layers.Flatten(), keras.layers.Dense(2)])
+
+
+SAVED_ON_2 = {"replicas": 2, "settings": {"batch_size": 64}}
+
+
+def test_another_replica_count_goes_on_where_no_layer_depends_on_the_split(tmp_path):
+    for model in (_net(), _net(keras.layers.BatchNormalization(synchronized=True))):
+        note = checkpoints.check_other_replicas(SAVED_ON_2, 4, model, tmp_path, "Trainer", allow=False)
+        assert "written on 2 replica(s), this run has 4" in note
+        assert "The global batch stays 64 (16 per replica now)" in note
+    assert checkpoints.check_other_replicas(SAVED_ON_2, 2, _net(), tmp_path, "Trainer", allow=False) == ""
+
+
+def test_another_replica_count_is_refused_where_the_split_changes_the_step_saying_why(tmp_path):
+    inner = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.GaussianNoise(0.1, name="noise")])
+    model = _net(keras.layers.BatchNormalization(name="bn"), keras.layers.Dropout(0.5, name="drop"), inner)
+    assert checkpoints.split_dependent_layers(model) == {
+        "BatchNormalization (not synchronized)": ["bn"], "random draws": ["drop", "noise"],
+    }  # fmt: skip
+    with pytest.raises(ValueError) as refused:
+        checkpoints.check_other_replicas(SAVED_ON_2, 1, model, tmp_path, "resumable_fit", allow=False)
+    message = str(refused.value)
+    assert message.startswith("resumable_fit: the checkpoint in")
+    assert "written on 2 replica(s), this run has 1" in message
+    assert "(BatchNormalization (not synchronized): bn; random draws: drop, noise)" in message
+    assert "Resume on 2 replica(s)" in message and "resume_on_other_replicas=True" in message
+    note = checkpoints.check_other_replicas(SAVED_ON_2, 1, model, tmp_path, "resumable_fit", allow=True)
+    assert note.endswith("Going on anyway (resume_on_other_replicas=True).")
 
 
 def test_folder_arguments_are_checked_before_any_work(tmp_path):

@@ -27,7 +27,8 @@ import pytest
 from mgtutor.support.processes import RESULT_MARK, parse_result
 from mgtutor.training import netns
 from mgtutor.training.checkpoints import resume_point
-from mgtutor.training.cluster import ClusterError, LocalCluster, free_ports, launch
+from mgtutor.training.cluster import LocalCluster, free_ports, launch
+from mgtutor.training.job_result import ClusterError
 from mgtutor.training.proctree import processes_in_group
 
 ROOT = Path(__file__).resolve().parents[3]

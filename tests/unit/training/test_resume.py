@@ -161,7 +161,7 @@ def test_resumable_fit_builds_continues_and_keeps_keras_named_checkpoints(tmp_pa
     assert first["epoch"] == [0, 1] and first["resumed_from"] is None
     assert first["keys"] == ["accuracy", "loss"]
     assert first["files"] == ["best.weights.h5", "epoch-01.weights.h5", "epoch-02.weights.h5",
-                              "resume-state.npz"]  # fmt: skip
+                              "resume-state.npz", "run.lock"]  # fmt: skip
     assert first["point"] == [2, 0]
     assert out["best_is_lowest_loss"]
     assert out["again"] == {"epoch": [0, 1], "resumed_from": [2, 0], "same": True}
