@@ -35,7 +35,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run capstone test test-all check lab lint clean reset wheelhouse
+.PHONY: setup run capstone test test-all check lab lint lesson-code clean reset wheelhouse
 
 setup: $(STAMP)
 
@@ -59,11 +59,11 @@ run: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
 		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
 
-# The capstone alone (13), its whole recipe on all of CIFAR-10, into its own run folder under RUNS.
+# The capstone alone (16), its whole recipe on all of CIFAR-10, into its own run folder under RUNS.
 # `make run` gives it a classroom budget instead (the runner's SERIES_DEFAULTS); MINUTES=... sets one.
 capstone: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
-		--runs $(call _shell_quote,$(RUNS)) --only 13 $(RUN_ARGS) $(PARAMETER_ARGS) \
+		--runs $(call _shell_quote,$(RUNS)) --only 16 $(RUN_ARGS) $(PARAMETER_ARGS) \
 		$(if $(filter MINUTES,$(PARAMETERS)),,-p MINUTES None)
 
 # Preflight for a classroom laptop: versions, a 2-device smoke step, data, ports, disk, memory.
@@ -87,7 +87,11 @@ lab: setup
 		--port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: setup
-	$(BIN)/ruff check mgtutor tests notebooks benchmarks
+	$(BIN)/ruff check mgtutor tests notebooks benchmarks tools
+
+# One source: the package's copy of what a lesson writes out is generated from the lesson's #@save cells.
+lesson-code: setup
+	$(BIN)/python tools/lesson_code.py
 
 # Between classes: every notebook back to its committed state, and every working folder, checkpoint
 # and .ipynb_checkpoints under notebooks/ gone. It lists what it resets; learners' edits are lost.

@@ -46,8 +46,8 @@ SEED_000 = {"width_shift_range": 0.1, "height_shift_range": 0.1, "horizontal_fli
 
 def _images(samples: int | None) -> tuple[Any, Any, str]:
     """Seed 000's inputs: CIFAR-10 training images as float32 in [0, 1], one-hot labels."""
-    from mgtutor._prepare import one_hot, scale_images
     from mgtutor.data import load_dataset
+    from mgtutor.prepare import one_hot, scale_images
 
     data = load_dataset("cifar10")
     if samples is not None and samples < len(data.x_train):
@@ -79,8 +79,8 @@ def run_loaders(samples: int | None, batch_size: int, rounds: int) -> dict[str, 
     import numpy as np
     import tensorflow as tf
 
-    from mgtutor._prepare import make_dataset
     from mgtutor.keras2.augment import ImageDataGenerator
+    from mgtutor.prepare import make_dataset
 
     x, y, summary = _images(samples)
     results: dict[str, Any] = {"data": summary, "batch_size": batch_size, "images": len(x)}
@@ -128,9 +128,9 @@ def run_training(
     import keras
 
     from mgtutor import data_parallel as parallel
-    from mgtutor._prepare import make_dataset
     from mgtutor.keras2.augment import ImageDataGenerator
     from mgtutor.models import build_seed_cnn
+    from mgtutor.prepare import make_dataset
 
     x, y, summary = _images(samples)
     strategy = parallel.mirrored_strategy()
@@ -191,7 +191,7 @@ def _child(args: argparse.Namespace, what: str) -> dict:
         "--per-replica-batch", str(args.per_replica_batch), "--devices", str(args.devices),
         "--rounds", str(args.rounds), "--epochs", str(args.epochs), "--configs", *args.configs,
     ] + (["--samples", str(args.samples)] if args.samples else [])  # fmt: skip
-    from mgtutor.processes import run_script
+    from mgtutor.support.processes import run_script
 
     print(f"running {what} ...", file=sys.stderr, flush=True)
     return run_script(command, cwd=ROOT, stream=False).result  # fails with its last lines
@@ -260,7 +260,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.child:
-        from mgtutor.processes import report_result
+        from mgtutor.support.processes import report_result
 
         if args.child == "loaders":
             report_result(run_loaders(args.samples, args.batch_size, args.rounds))

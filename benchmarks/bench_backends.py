@@ -72,7 +72,7 @@ def run_one(route: str, devices: int, global_batch: int, samples: int, epochs: i
 
 
 def run_all(args: argparse.Namespace) -> list[dict]:
-    from mgtutor.processes import run_script
+    from mgtutor.support.processes import run_script
 
     results = []
     for round_ in range(args.rounds):
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         sys.path.insert(0, str(ROOT))
         result = run_one(args.child, args.devices, args.global_batch, args.samples, args.epochs)
-        from mgtutor.processes import report_result
+        from mgtutor.support.processes import report_result
 
         report_result(result)
         return

@@ -1,4 +1,4 @@
-"""Notebook 13's recipe, taken apart: what each trick adds, and what each speed option costs.
+"""Notebook 16's recipe, taken apart: what each trick adds, and what each speed option costs.
 
 Two studies, each in its own process (run from the repository root)::
 
@@ -25,7 +25,7 @@ trains on random images.
 
 `comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each,
 epoch by epoch, and tests after each epoch on the whole test set (the minutes include it), as
-notebook 13 records its own curve: seed 000's CNN with RMSprop 1e-4 and batch 128, and seed
+notebook 16 records its own curve: seed 000's CNN with RMSprop 1e-4 and batch 128, and seed
 001's MiniGoogLeNet with SGD (momentum 0.9, 5e-3 falling linearly over its published 70 epochs)
 and batch 64, both fed by the capstone's pipeline (flips and 2-pixel crops, not the seeds'
 `ImageDataGenerator`), without XLA as the series trains them. An epoch is started only if the
@@ -256,7 +256,7 @@ def speed(args) -> None:
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)]
 
     rates: dict[str, list[float]] = {}
-    # XLA cannot compile a MirroredStrategy step over logical devices (notebook 13 refuses it too).
+    # XLA cannot compile a MirroredStrategy step over logical devices (notebook 16 refuses it too).
     variants = {name: v for name, v in SPEEDS.items() if args.devices == 1 or not v[1]}
     for repeat in range(args.repeats):
         for name, (policy, xla, side) in variants.items():

@@ -39,9 +39,9 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
     import keras
 
     from mgtutor import data_parallel as parallel
-    from mgtutor._prepare import make_dataset, one_hot, scale_images
     from mgtutor.data import load_dataset
     from mgtutor.keras2.towers import multi_gpu_model
+    from mgtutor.prepare import make_dataset, one_hot, scale_images
     from mgtutor.progress import Throughput
 
     data = load_dataset("cifar10").subset(samples)
@@ -99,7 +99,7 @@ def run_one(config: str, devices: int, per_replica: int, samples: int, epochs: i
 
 
 def run_all(args: argparse.Namespace) -> list[dict]:
-    from mgtutor.processes import run_script
+    from mgtutor.support.processes import run_script
 
     results = []
     for config in args.configs:
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run_one(
             args.child, args.devices, args.per_replica_batch, args.samples, args.epochs, args.reduction
         )
-        from mgtutor.processes import report_result
+        from mgtutor.support.processes import report_result
 
         report_result(result)
         return

@@ -52,11 +52,11 @@ _EXPORTS = {
     "multi_worker_strategy": "training.worker",
     "weights_digest": "training.worker",
     "launch": "training.cluster",
-    "report_result": "processes",
+    "report_result": "support.processes",
     # saving and resuming
     "save_model": "saving",
     "load_model": "saving",
-    "ModelFileError": "files",
+    "ModelFileError": "support.files",
     "export_for_serving": "saving",
     "load_served": "saving",
     "resumable_fit": "training.resume",
@@ -68,11 +68,11 @@ _EXPORTS = {
     "Throughput": "progress",
     "ProgressBar": "progress",
     # notebook plumbing and plots
-    "record": "records",
-    "working_folder": "workspace",
+    "record": "support.records",
+    "working_folder": "support.workspace",
     "lesson_plan": "classroom.limits",
     "one_device_baseline": "baseline",
-    "run_script": "processes",
+    "run_script": "support.processes",
     "show_images": "plots",
     "plot_history": "plots",
     "plot_against_baseline": "plots",
@@ -99,7 +99,7 @@ def __getattr__(name: str) -> Any:
     if "tensorflow" not in sys.modules:
         # Most names import Keras, and with it TensorFlow's start-up lines on stderr: quiet them
         # first (MGTUTOR_SHOW_TF_LOGS=1 keeps them), so a notebook's import cell prints nothing.
-        from mgtutor._tflog import quiet_tensorflow
+        from mgtutor.support.tflog import quiet_tensorflow
 
         quiet_tensorflow()
     value = getattr(importlib.import_module(f"mgtutor.{module}"), name)

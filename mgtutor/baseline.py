@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import check_whole
+from mgtutor.support.checks import check_whole
 
 _PREFIX = "baseline-"
 
@@ -41,7 +41,7 @@ def baseline_key(
 
 def save_baseline(history: Any, key: str, folder: str | os.PathLike, seconds: float) -> Path:
     """Keep a trained baseline's History (or its ``.history`` dict) in `folder` for other notebooks."""
-    from mgtutor.files import atomic_write
+    from mgtutor.support.files import atomic_write
 
     curves = getattr(history, "history", history)
     target = Path(os.fspath(folder)) / f"{_PREFIX}{key}.json"

@@ -1,9 +1,9 @@
-"""The capstone's recipe (notebook 13), lifted from its cells for its solutions and its benchmark.
+"""The capstone's recipe (notebook 16), lifted from its cells for its solutions and its benchmark.
 
 `whitening_filters` computes the first layer from the data, `build_capstone_cnn` builds the
 network (airbench's, in Keras), `one_cycle` its learning-rate schedule, `epoch_sides` and
 `capstone_pipeline` its input (progressive resizing), `lookahead` its weight averaging, and
-`tta_view` the test-time augmentation. Notebook 13 writes each out in cells; this is the same
+`tta_view` the test-time augmentation. Notebook 16 writes each out in cells; this is the same
 code, once.
 Importing this module does not import TensorFlow.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mgtutor._checks import check_seed, check_whole
+from mgtutor.support.checks import check_seed, check_whole
 
 if TYPE_CHECKING:
     import keras
@@ -71,13 +71,12 @@ def build_capstone_cnn(
     identity: bool = True,
     seed: int | None = None,
 ) -> keras.Model:
-    """Notebook 13's network: frozen whitening, blocks conv-pool-BN-GELU, conv-BN-GELU, a global max-pool.
+    """Notebook 16's network: frozen whitening, blocks conv-pool-BN-GELU, conv-BN-GELU, a global max-pool.
 
     `whiten_with`: standardized images to compute the first layer from (`whitening_filters`);
     None learns a random 2x2 first layer instead (the ablation). ``identity=False`` leaves the
     convolutions random. BatchNorm is synchronized, without its scale, momentum 0.6. The global
-    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open). Also
-    ``build_model("capstone_cnn", ...)``.
+    max-pool takes images of any side from 10 up (the default `input_shape` leaves it open).
     """
     whitening = None if whiten_with is None else whitening_filters(whiten_with)
     seed = check_seed(seed)
@@ -108,7 +107,7 @@ def build_capstone_cnn(
 
 
 def one_cycle(peak: float, total: int, warmup: int, start: float = 0.2, end: float = 0.07) -> Any:
-    """Notebook 13's schedule: linear from start*peak to peak over `warmup` steps, then down to end*peak."""
+    """Notebook 16's schedule: linear from start*peak to peak over `warmup` steps, then down to end*peak."""
     import keras
     import tensorflow as tf
 
@@ -132,7 +131,7 @@ def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def flip_and_crop(padded: Any, pad: int = 2, flip: Any = None) -> Any:
-    """Notebook 13's augmentation of a whole batch at once: each image of `padded` (reflect-padded by
+    """Notebook 16's augmentation of a whole batch at once: each image of `padded` (reflect-padded by
     `pad` pixels) mirrored where `flip` is true (None: with probability 1/2), then cut at a random
     offset of 0..2*pad each way."""
     import tensorflow as tf
@@ -165,7 +164,7 @@ def capstone_pipeline(
     images: np.ndarray, labels: np.ndarray, batch_size: int, statistics: tuple[np.ndarray, np.ndarray], *,
     augment: bool, seed: int = 0, alternate: bool = True, sides: Sequence[int] = (), first_epoch: int = 0,
 ) -> Any:  # fmt: skip
-    """Notebook 13's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
+    """Notebook 16's `tf.data` input. With `augment`: uint8 images reflect-padded by 2 pixels once,
     reshuffled each pass, repeated without end (every batch whole: give `fit` a `steps_per_epoch`),
     each batch flipped and cropped by `flip_and_crop`. The flips alternate (airbench's): half the
     images, drawn once, are mirrored in odd passes, the other half in even ones (``alternate=False``:
@@ -209,7 +208,7 @@ def capstone_pipeline(
 
 
 def lookahead(total_steps: int, every: int = 5, strength: float = 0.95**5) -> keras.callbacks.Callback:
-    """Notebook 13's lookahead (airbench's), a callback: every `every` steps the weights (BatchNorm's
+    """Notebook 16's lookahead (airbench's), a callback: every `every` steps the weights (BatchNorm's
     statistics too) move to an average that lags behind them, and take its value. The average's decay
     grows as ``strength * (step / total_steps) ** 3``: none early, strong as the rate falls. At step
     `total_steps` the model takes the average itself. Put it after `BackupAndRestore` in the list."""

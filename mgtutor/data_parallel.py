@@ -9,113 +9,20 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from collections.abc import Iterable
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import is_whole
-from mgtutor._tflog import quiet_python_logs
-
-_SIMULATE_HINT = (
-    "To simulate {n} devices on this machine, put `mgtutor.setup_devices({n})` at the top of "
-    "the notebook, before anything else uses TensorFlow, then restart the kernel and run all."
-)
+from mgtutor.devices import available_devices, resolve_devices
+from mgtutor.support.checks import is_whole
+from mgtutor.support.tflog import quiet_python_logs
 
 # The device count of the first strategy made by `mirrored_strategy` in this
 # process: a second MirroredStrategy over a different count aborts the process
 # (the kernel dies without a Python error), so we refuse it first.
 _strategy_devices: tuple[str, ...] | None = None
-
-
-# --------------------------------------------------------------------------- devices
-
-
-def available_devices() -> tuple[str, ...]:
-    """The devices to train on: the (logical) GPUs, or the logical CPUs if there is no GPU.
-
-    Calling it starts TensorFlow's runtime, which fixes the device list for the
-    rest of the process: call `mgtutor.setup_devices(n)` before it.
-    """
-    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-    return tuple(device.name for device in devices)
-
-
-def _match_name(name: str, available: tuple[str, ...], parameter: str) -> str:
-    try:
-        wanted = tf.DeviceSpec.from_string(name)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{parameter}: {name!r} is not a device name such as '/gpu:0'.") from err
-    for candidate in available:
-        spec = tf.DeviceSpec.from_string(candidate)
-        if (spec.device_type, spec.device_index) == (wanted.device_type, wanted.device_index):
-            return candidate
-    raise ValueError(f"{parameter}: no device {name!r} in this process; available: {', '.join(available)}.")
-
-
-def requested_count(devices: Any) -> int:
-    if is_whole(devices):
-        return int(devices)
-    if isinstance(devices, str):
-        return 1
-    return len(list(devices)) if isinstance(devices, Iterable) else 0
-
-
-def resolve_devices(devices: Any, *, parameter: str = "gpus", minimum: int = 2) -> tuple[str, ...]:
-    """Device names from a count, a list of indices or a list of names (Keras 2's `gpus`).
-
-    An index ``i`` means the i-th device of the kind in use (see `available_devices`).
-    """
-    if isinstance(devices, str):
-        devices = [devices]
-    if is_whole(devices):
-        count, wanted = int(devices), None
-    elif isinstance(devices, Iterable):
-        wanted = list(devices)
-        count = len(wanted)
-    else:
-        raise TypeError(
-            f"{parameter} must be a device count (e.g. 2) or a list of device indices or names "
-            f"(e.g. [0, 1] or ['/gpu:0', '/gpu:1']), got {type(devices).__name__}."
-        )
-    if count < minimum:
-        if minimum == 2:
-            raise ValueError(
-                f"{parameter}={devices!r}: data parallelism needs at least 2 devices. With one "
-                "device there is nothing to split the batch across and the wrapper would only "
-                "add work (Keras 2 refused gpus=1 too). Compile and fit the model itself."
-            )
-        raise ValueError(f"{parameter}={devices!r}: give at least {minimum} device(s).")
-    available = available_devices()
-    if count > len(available):
-        raise ValueError(
-            f"{parameter}={devices!r} asks for {count} devices but this process has "
-            f"{len(available)}: {', '.join(available)}. " + _SIMULATE_HINT.format(n=count)
-        )
-    if wanted is None:
-        return available[:count]
-    names = []
-    for item in wanted:
-        if is_whole(item):
-            if not 0 <= item < len(available):
-                raise ValueError(
-                    f"{parameter}: device index {item} is out of range; this process has "
-                    f"{len(available)} device(s), indices 0..{len(available) - 1}: "
-                    f"{', '.join(available)}. " + _SIMULATE_HINT.format(n=item + 1)
-                )
-            names.append(available[int(item)])
-        elif isinstance(item, str):
-            names.append(_match_name(item, available, parameter))
-        else:
-            raise TypeError(f"{parameter}: each device is an index (int) or a name (str), got {item!r}.")
-    if len(set(names)) != len(names):
-        raise ValueError(
-            f"{parameter}={devices!r} names a device twice ({', '.join(names)}); "
-            "each tower needs its own device."
-        )
-    return tuple(names)
 
 
 # --------------------------------------------------------------------------- MirroredStrategy

@@ -10,8 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mgtutor._checks import check_seed, is_real, is_whole
-from mgtutor.capstone import build_capstone_cnn
+from mgtutor.support.checks import check_seed, is_real, is_whole
 
 if TYPE_CHECKING:
     import keras
@@ -332,7 +331,6 @@ def build_xception(
 
 
 MODEL_BUILDERS: dict[str, Callable[..., Any]] = {
-    "capstone_cnn": build_capstone_cnn,  # notebook 13's, from mgtutor.capstone
     "seed_cnn": build_seed_cnn,
     "lenet": build_lenet,
     "minigooglenet": build_minigooglenet,

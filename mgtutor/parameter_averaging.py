@@ -12,23 +12,19 @@ not speed. Importing this module starts nothing.
 
 from __future__ import annotations
 
-import itertools
 import os
-import queue
-import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import check_whole
-from mgtutor.data_parallel import copy_model, resolve_devices
-
-PREFETCH_THREAD_NAME = "mgtutor-prefetch"
-_DONE = object()
+from mgtutor.data_parallel import copy_model
+from mgtutor.devices import resolve_devices
+from mgtutor.support.checks import check_whole
+from mgtutor.worker_batches import Prefetcher, Source, checked_fit, rows
 
 
 def replica_spread(models: Sequence[keras.Model]) -> float:
@@ -62,138 +58,6 @@ def _write(writer: Any, scalars: dict[str, float], step: int) -> None:
         with writer.as_default():
             for name, value in scalars.items():
                 tf.summary.scalar(name, value, step=step)
-
-
-def _rows(part: Any) -> int:
-    return int(keras.tree.flatten(part)[0].shape[0])
-
-
-def _as_batch(item: Any, index: int) -> tuple[Any, Any]:
-    """(x, y) as tensors, or an error naming the bad batch."""
-    if not isinstance(item, tuple | list) or len(item) != 2:
-        raise ValueError(f"data: batch {index} is a {type(item).__name__}, not an (x, y) pair (no weights).")
-    try:
-        x, y = (keras.tree.map_structure(tf.convert_to_tensor, part) for part in item)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"data: batch {index} cannot be turned into tensors: {err}") from err
-    rows = {int(t.shape[0]) for t in keras.tree.flatten((x, y))}
-    if len(rows) != 1 or 0 in rows:
-        raise ValueError(f"data: batch {index} has {sorted(rows)} rows in x and y; they must match, >= 1.")
-    return x, y
-
-
-class _Prefetcher:
-    """DL4J's prefetchBuffer: a thread keeps up to `size` batches ready ahead of training.
-
-    Its exceptions are raised again in the caller; leaving the `with` block (end of
-    epoch, or any error) stops the thread and waits for it.
-    """
-
-    def __init__(self, make_iterator: Callable[[], Iterator], limit: int | None, size: int) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=size)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._produce, args=(make_iterator, limit), name=PREFETCH_THREAD_NAME, daemon=True
-        )
-
-    def __enter__(self) -> _Prefetcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():  # timed, so a full queue cannot hold the thread after a stop
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def _produce(self, make_iterator: Callable[[], Iterator], limit: int | None) -> None:
-        try:
-            iterator = make_iterator()
-            for index in itertools.count() if limit is None else range(limit):
-                item = next(iterator, _DONE)
-                if item is _DONE or not self._put(_as_batch(item, index)):
-                    break
-        except BaseException as err:  # every error must reach the caller
-            self._put(err)
-            return
-        self._put(_DONE)
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        # The thread always ends by queueing _DONE or its error, unless __exit__ stopped it.
-        while (item := self._queue.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-
-class _Source:
-    """Each epoch's batches: `count` per pass when known; `persistent` when one iterator
-    serves the whole fit (a one-pass iterator, or endless data)."""
-
-    def __init__(self, data: Any, batch_size: int | None, shuffle: bool, seed: int | None) -> None:
-        self.count: int | None = None
-        self.on_epoch_end = data.on_epoch_end if isinstance(data, keras.utils.PyDataset) else None
-        self.infinite, self.persistent = False, None
-        if isinstance(data, tuple) and len(data) == 2 and all(hasattr(a, "__array__") for a in data):
-            x, y = (np.asarray(a) for a in data)
-            batch = check_whole("batch_size", 32 if batch_size is None else batch_size, 1)
-            if len(x) != len(y):
-                raise ValueError(f"data: x has {len(x)} examples but y has {len(y)}; give one target each.")
-            rng, self.count = np.random.default_rng(seed), -(-len(x) // batch)
-
-            def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-                order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
-                for start in range(0, len(x), batch):
-                    yield x[order[start : start + batch]], y[order[start : start + batch]]
-
-            self.make_iterator = batches
-            return
-        if batch_size is not None:
-            raise ValueError("batch_size is for (x, y) arrays; this data yields batches: drop batch_size.")
-        if isinstance(data, np.ndarray | str | bytes) or not isinstance(data, Iterable):
-            raise TypeError(
-                "data must be (x, y) arrays (with batch_size=) or an iterable of (x, y) batches (a list, "
-                f"a generator, a keras.utils.PyDataset, a tf.data.Dataset); got {type(data).__name__}."
-            )
-
-        def make() -> Iterator:
-            if not isinstance(data, keras.utils.PyDataset):
-                return iter(data)
-            # By index, as Keras reads it: a Keras 2 style __iter__ (.flow's) never ends.
-            return (data[i] for i in (itertools.count() if self.infinite else range(self.count)))
-
-        if isinstance(data, keras.utils.PyDataset):
-            self.count = data.num_batches
-            self.infinite = self.count is None
-        elif isinstance(data, tf.data.Dataset):
-            cardinality = int(data.cardinality())
-            self.count = cardinality if cardinality >= 0 else None
-            self.infinite = cardinality == tf.data.INFINITE_CARDINALITY
-        elif hasattr(data, "__len__"):
-            self.count = len(data)
-        if isinstance(data, Iterator) or self.infinite:
-            self.persistent = make()  # later epochs continue where the last one stopped
-        self.make_iterator = lambda: make() if self.persistent is None else self.persistent
-
-    def check(self, workers: int, epochs: int, steps_per_epoch: int | None) -> None:
-        """Refuse, before any work, data that cannot give every epoch a full round."""
-        if steps_per_epoch is None and (self.infinite or (self.persistent is not None and epochs > 1)):
-            raise ValueError(
-                f"data never ends or is a one-pass iterator (a generator) with epochs={epochs}; pass "
-                "steps_per_epoch to say where an epoch ends (or give a list, PyDataset or tf.data.Dataset)."
-            )
-        if self.count is not None and self.count < workers:
-            raise ValueError(
-                f"data yields {self.count} batch(es); each round needs one batch per worker (workers="
-                f"{workers}). Give more data, a smaller batch_size or fewer workers."
-            )
 
 
 class ParallelWrapper:
@@ -353,7 +217,7 @@ class ParallelWrapper:
         _write(writer, scalars, step)
 
     def _run_epoch(
-        self, source: _Source, epoch: int, limit: int | None, verbose: int, writer: Any
+        self, source: Source, epoch: int, limit: int | None, verbose: int, writer: Any
     ) -> tuple[dict[str, Any], keras.utils.Progbar, int]:
         n = len(self._workers)
         for worker in self._workers:
@@ -363,14 +227,14 @@ class ParallelWrapper:
         losses: list[Any] = []  # tensors: reading each would make Python wait for the devices
         sizes: list[int] = []
         start, rounds, pending = 0, 0, []
-        with _Prefetcher(source.make_iterator, limit, self.prefetch_buffer) as batches:
+        with Prefetcher(source.make_iterator, limit, self.prefetch_buffer) as batches:
             for batch in batches:
                 pending.append(batch)
                 if len(pending) < n:
                     continue
                 for step, (x, y) in zip(self._steps, pending, strict=True):
                     losses.append(step(x, y))
-                    sizes.append(_rows(x))
+                    sizes.append(rows(x))
                 pending, rounds, self.steps = [], rounds + 1, self.steps + 1
                 self._since_sync += 1
                 if self._since_sync == self.averaging_frequency:
@@ -420,26 +284,9 @@ class ParallelWrapper:
         gets TensorBoard scalars: loss and spread per averaging, the logs per epoch.
         """
         n = len(self._workers)
-        epochs = check_whole("epochs", epochs, 1)
-        if steps_per_epoch is not None and check_whole("steps_per_epoch", steps_per_epoch, 1) % n:
-            below = steps_per_epoch // n * n
-            raise ValueError(
-                f"steps_per_epoch={steps_per_epoch} is not a multiple of workers={n}: each round deals one "
-                f"batch to every worker. Pass {f'{below} or ' if below else ''}{below + n}."
-            )
-        verbose = 1 if verbose == "auto" else verbose
-        if isinstance(verbose, bool) or verbose not in (0, 1, 2):
-            raise ValueError(f"verbose must be 0, 1, 2 or 'auto', got {verbose!r}.")
-        if not isinstance(shuffle, bool):
-            raise ValueError(f"shuffle must be True or False, got {shuffle!r}.")
-        if log_dir is not None and (not isinstance(log_dir, str | os.PathLike) or not str(log_dir)):
-            raise TypeError(f"log_dir must be a folder path (str or pathlib.Path) or None, got {log_dir!r}.")
-        source = _Source(data, batch_size, shuffle, seed)
-        source.check(n, epochs, steps_per_epoch)
-        evaluate_kwargs: dict[str, Any] = {"x": validation_data}
-        if isinstance(validation_data, tuple) and len(validation_data) == 2:
-            evaluate_kwargs = dict(zip(("x", "y"), validation_data, strict=True), batch_size=batch_size or 32)
-
+        epochs, verbose, source, evaluate_kwargs = checked_fit(
+            data, n, epochs, batch_size, shuffle, seed, steps_per_epoch, validation_data, verbose, log_dir
+        )
         self._pull_from_model()
         self._skipped = 0
         history = keras.callbacks.History()
@@ -470,3 +317,4 @@ class ParallelWrapper:
                 stacklevel=2,
             )
         return history
+

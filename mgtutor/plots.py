@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import check_whole
+from mgtutor.support.checks import check_whole
 
 
 def _pyplot():

@@ -14,8 +14,8 @@ from typing import Any
 
 import keras
 
-from mgtutor._checks import check_whole
-from mgtutor._session import in_jupyter
+from mgtutor.support.checks import check_whole
+from mgtutor.support.session import in_jupyter
 
 DEFAULT_UPDATE_SECONDS = 0.5
 

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from mgtutor.files import ModelFileError, atomic_write
+from mgtutor.support.files import ModelFileError, atomic_write
 
 # Extension -> what is written. ".weights.h5" must be matched before ".h5".
 KERAS_EXT = ".keras"

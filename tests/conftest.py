@@ -234,7 +234,7 @@ def run_child(path: Path, *args: object, timeout: float = 300, env: dict[str, st
 
     A child that fails, or reports nothing, fails the test with its last lines.
     """
-    from mgtutor.processes import run_script
+    from mgtutor.support.processes import run_script
 
     env = child_env(env)
     outcome = run_script(path, *args, cwd=ROOT, env=env, timeout=timeout, stream=False, check=False)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgtutor.files import atomic_write
+from mgtutor.support.files import atomic_write
 
 CHUNK = 1 << 20
 

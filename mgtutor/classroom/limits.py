@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import is_real, is_whole
+from mgtutor.support.checks import is_real, is_whole
 
 Plan = dict[str, Any]
 _RULES: dict[str, Callable[[Mapping[str, Any], list[str]], Plan]] = {}
@@ -157,7 +157,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
             f"SAVE_EVERY_STEPS={every} saves no checkpoint before the kill at batch {kill[1]} of {steps}: "
             f"use SAVE_EVERY_STEPS <= {steps // 2}, or None (a quarter of an epoch)."
         )
-    return {"steps_per_epoch": steps, "save_every_steps": every, "kill_at": kill}
+    return {"steps_per_epoch": steps, "checkpoint_every_steps": every, "kill_at": kill}
 
 
 @_lesson("08_scaling_study")
@@ -241,7 +241,7 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
         problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
 
 
-@_lesson("13_capstone")
+@_lesson("16_capstone")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
     _whole(p, "EPOCHS", 1, "a count", problems)

@@ -9,7 +9,7 @@ import math
 import sys
 
 from mgtutor.devices import setup_devices
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 
 def _problem() -> tuple:

@@ -17,11 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from mgtutor._system import machine as _machine
 from mgtutor.classroom.lessons import check_overrides, find_notebooks, notebook_parameters, parse_value
 from mgtutor.classroom.run_page import FAILED, NOT_RUN, OK, RUNNING, duration, index_html
-from mgtutor.files import atomic_write
-from mgtutor.records import MIME_TYPE, read_records
+from mgtutor.support.files import atomic_write
+from mgtutor.support.records import MIME_TYPE, read_records
+from mgtutor.support.system import machine as _machine
 
 # Without a terminal, a progress line at most this often: one per slow cell, none for quick ones.
 PROGRESS_LINE_SECONDS = 2.0
@@ -31,10 +31,10 @@ PROGRESS_LINE_SECONDS = 2.0
 # notebook's first cell imports it. A notebook's failures still reach the report through papermill.
 KERNEL_ARGUMENTS = (
     "--IPKernelApp.log_level=CRITICAL",
-    "--IPKernelApp.exec_lines=import mgtutor._tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
+    "--IPKernelApp.exec_lines=import mgtutor.support.tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
 )
 # What the series runs with unless told otherwise, for the lessons that have the parameter: the
-# capstone (13) trains its whole recipe by default, about 20 minutes; in the series it gets a
+# capstone (16) trains its whole recipe by default, about 20 minutes; in the series it gets a
 # classroom budget of minutes (`make run MINUTES=None` trains it whole; `make capstone` does).
 SERIES_DEFAULTS = {"MINUTES": 2}
 # A cell still running after this long is stopped and the lesson reported failed: a deadlocked

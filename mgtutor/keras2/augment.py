@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mgtutor._checks import check_seed, check_whole
 from mgtutor.keras2.augment_checks import (
     _check_flag,
     _check_images,
@@ -33,6 +32,7 @@ from mgtutor.keras2.augment_checks import (
 )
 from mgtutor.keras2.augment_resample import _affine, _resample
 from mgtutor.keras2.augment_stats import _FIT_CHUNK, _channel_std, _zca_matrix
+from mgtutor.support.checks import check_seed, check_whole
 
 if TYPE_CHECKING:
     from mgtutor.keras2.augment_flow import NumpyArrayIterator

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import is_real, is_whole
+from mgtutor.support.checks import is_real, is_whole
 
 FILL_MODES = ("nearest", "constant", "reflect", "wrap")
 SUPPORTED_ARGUMENTS = (

@@ -9,8 +9,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import is_whole
 from mgtutor.keras2.augment_checks import _check_flag, _fresh_seed, _GeneratorBase
+from mgtutor.support.checks import is_whole
 
 # Keras 2's flow options not implemented here, with the values that switch them off.
 _FLOW_KERAS2_OFF = {

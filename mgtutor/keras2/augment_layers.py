@@ -14,8 +14,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import check_seed, is_whole
 from mgtutor.keras2.augment_checks import _GeneratorBase
+from mgtutor.support.checks import check_seed, is_whole
 
 
 @keras.saving.register_keras_serializable(package="mgtutor")

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import check_seed
 from mgtutor.keras2.augment_checks import _fresh_seed, _GeneratorBase, _Shift
 from mgtutor.keras2.augment_resample import _affine, _axis_lookup
+from mgtutor.support.checks import check_seed
 
 
 def _tf_shifts(shift: _Shift, size: int, n: Any, seed: Any) -> Any:

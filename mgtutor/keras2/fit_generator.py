@@ -14,8 +14,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import check_whole
 from mgtutor.keras2.streams import EndlessBatches, is_sequence_like
+from mgtutor.support.checks import check_whole
 
 # Keras 2's defaults for the loader arguments: any other value was a request.
 _LOADER_DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}

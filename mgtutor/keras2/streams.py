@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import check_whole, is_whole
+from mgtutor.support.checks import check_whole, is_whole
 
 
 def is_sequence_like(data: Any) -> bool:

@@ -17,8 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import is_whole
-from mgtutor.data_parallel import requested_count, resolve_devices
+from mgtutor.devices import requested_count, resolve_devices
+from mgtutor.support.checks import is_whole
 
 # --------------------------------------------------------------------------- splitting
 

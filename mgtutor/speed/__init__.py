@@ -1,2 +1,7 @@
-"""The scaling study: throughput measured per device count, each in its own process, and its reading.
-Public names come from `mgtutor`."""
+"""The scaling study (notebook 08, ``python -m mgtutor.speed.study``); data flows one way.
+
+- `study`: `scaling_study`, its arguments checked once, each device count measured in its own process.
+- `measure`: throughput measured in this process (the study's child, the input pipeline alone).
+- `reading`: what the runs say (speed-up, efficiency, the bottleneck); plain arithmetic.
+- `figure`: `plot_scaling`, a reading drawn as it is; `amdahl`: `projected_scaling` for real GPUs.
+"""

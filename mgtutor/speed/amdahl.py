@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mgtutor._checks import check_whole, is_real
+from mgtutor.support.checks import check_whole, is_real
 
 # Seed 001: MiniGoogLeNet on CIFAR-10, seconds per epoch on 1 and on 4 V100 GPUs.
 SEED_001_EPOCH_SECONDS: dict[int, float] = {1: 63.0, 4: 16.0}

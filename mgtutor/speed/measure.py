@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from mgtutor._checks import check_whole
-from mgtutor._system import machine as _machine
+from mgtutor.support.checks import check_whole
+from mgtutor.support.system import machine as _machine
 
 PIPELINES = ("synthetic", "in_memory", "flow", "tf.data", "layers")
 PIPELINE_DESCRIPTIONS = {
@@ -184,8 +184,8 @@ def check_run_settings(
 
 def _load_training_images(dataset: str, data_path: Any, samples: int | None, seed: int):
     """(x float32 in [0, 1], y one-hot, size of the whole training split, data summary)."""
-    from mgtutor._prepare import one_hot, scale_images
     from mgtutor.data import load_dataset
+    from mgtutor.prepare import one_hot, scale_images
 
     data = load_dataset(dataset, data_path, seed=seed)
     full_size = len(data.x_train)
@@ -197,8 +197,8 @@ def _make_input(pipeline: str, x: Any, y: Any, global_batch: int, seed: int) -> 
     """The batches `fit` trains on for `pipeline`, and whether they repeat forever."""
     import numpy as np
 
-    from mgtutor._prepare import make_dataset
     from mgtutor.keras2.augment import ImageDataGenerator
+    from mgtutor.prepare import make_dataset
 
     if pipeline == "synthetic":
         import tensorflow as tf
@@ -415,7 +415,7 @@ def measure_training(
 
 
 if __name__ == "__main__":  # a study's child: python -m mgtutor.speed.measure CONFIG_JSON
-    from mgtutor.processes import report_result
+    from mgtutor.support.processes import report_result
 
     config = json.loads(sys.argv[1])
     runs = _measure_in_process(config.pop("n_devices"), config.pop("pipelines"), **config)

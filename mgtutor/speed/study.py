@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import check_whole, is_real, is_whole
 from mgtutor.speed.measure import (
     PIPELINE_DESCRIPTIONS,
     PIPELINES,
@@ -31,6 +30,7 @@ from mgtutor.speed.measure import (
     check_run_settings,
 )
 from mgtutor.speed.reading import Reading, read_scaling
+from mgtutor.support.checks import check_whole, is_real, is_whole
 
 DEFAULT_TIMEOUT_S = 1800.0
 RESULTS_FILE = "scaling.json"
@@ -224,7 +224,7 @@ def _child_env() -> dict[str, str]:
 
 
 def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], timeout: float) -> list[Run]:
-    from mgtutor.processes import ScriptError, run_script
+    from mgtutor.support.processes import ScriptError, run_script
 
     config = {"n_devices": n, "pipelines": list(pipelines), **settings}
     command = [sys.executable, "-m", "mgtutor.speed.measure", json.dumps(config)]
@@ -243,8 +243,8 @@ def _run_child(n: int, pipelines: Sequence[str], settings: Mapping[str, Any], ti
 
 
 def _write_outputs(study: Study, output: Path) -> Study:
-    from mgtutor.files import atomic_write
     from mgtutor.speed.figure import plot_scaling
+    from mgtutor.support.files import atomic_write
 
     output.mkdir(parents=True, exist_ok=True)
     study = replace(study, files={"json": str(output / RESULTS_FILE), "plot": str(output / PLOT_FILE)})

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor.files import ModelFileError, atomic_write
+from mgtutor.support.files import ModelFileError, atomic_write
 from mgtutor.training.worker import is_chief
 
 STATE_FILE = "resume-state.npz"

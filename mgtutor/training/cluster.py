@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import check_whole, is_real, is_whole
-from mgtutor._proctree import kill_tree, new_group, processes_in_group
-from mgtutor._tflog import TF_NOISE
-from mgtutor.processes import parse_result
-from mgtutor.training import netns
+from mgtutor.support.checks import check_whole, is_real, is_whole
+from mgtutor.support.processes import parse_result
+from mgtutor.support.tflog import TF_NOISE
+from mgtutor.training import netns, pinning
+from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
 from mgtutor.training.worker import tf_config
 
 DEFAULT_TAIL_LINES = 40
@@ -110,6 +110,7 @@ class ClusterResult:
     reason: str
     command: tuple[str, ...] = field(default=())
     isolated: bool = False  # the workers ran in a private network namespace, loopback only
+    cores: tuple[tuple[int, ...], ...] | None = None  # each worker's own cores; None: not pinned
 
     @property
     def ok(self) -> bool:
@@ -136,6 +137,7 @@ class ClusterResult:
         lines = [f"{len(self.workers)} worker(s), {self.seconds:.1f} s: {self.reason}"]
         lines.append("  network: " + ("isolated (a private namespace with loopback only)" if self.isolated
                                       else "not isolated (the workers listened on every interface)"))
+        lines += pinning.summary_lines(self.cores)
         for worker in self.workers:
             lines.append(f"  worker {worker.index} (pid {worker.pid}): {worker.status()}")
         return "\n".join(lines)
@@ -212,9 +214,11 @@ class LocalCluster:
         kill_worker: int | None = None,
         kill_when: str | None = None,
         isolate: bool | None = None,
+        cores_per_worker: int | None = None,
     ) -> None:
         check_whole("n_workers", n_workers, 1)
         self.isolate = netns.check_isolate(isolate)
+        self.cores = pinning.plan(int(n_workers), cores_per_worker)  # None: not pinned
         self.isolated = False
         self._watch: tuple[int, re.Pattern[str]] | None = None
         if kill_worker is not None or kill_when is not None:
@@ -253,14 +257,17 @@ class LocalCluster:
         self.ports = free_ports(self.n_workers)
         namespace = netns.for_workers(self.isolate, self.ports)
         self.isolated = namespace is not None
-        argv = namespace.command(self.argv) if namespace is not None else self.argv
+        pinning.tell_unpinned(self.cores)
         self._started = time.monotonic()
         try:
             for index in range(self.n_workers):
+                argv = pinning.pinned_command(self.cores, index, self.argv)
+                argv = namespace.command(argv) if namespace is not None else argv
                 env = {
                     **os.environ,
                     "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                     **self.env,
+                    **pinning.thread_variables(self.cores, index),
                     "TF_CONFIG": json.dumps(tf_config(self.ports, index)),
                     "PYTHONUNBUFFERED": "1",  # lines arrive as they are printed, not at exit
                 }
@@ -411,6 +418,7 @@ class LocalCluster:
             reason=reason,
             command=tuple(self.argv),
             isolated=self.isolated,
+            cores=None if self.cores is None else tuple(self.cores),
         )
 
 
@@ -460,6 +468,7 @@ def launch(
     kill_when: str | None = None,
     check: bool = False,
     isolate: bool | None = None,
+    cores_per_worker: int | None = None,
 ) -> ClusterResult:
     """Run `command` as `n_workers` localhost workers of one TF cluster, wait, and clean up.
 
@@ -474,13 +483,16 @@ def launch(
     appears (the fault-tolerance demo). `isolate`: None runs the workers in
     a private network namespace with loopback only where this machine allows
     it (Linux), else prints once what is exposed; True refuses to run
-    without one; False never isolates. Returns a `ClusterResult`; with
-    ``check=True`` a failure raises `ClusterError`.
+    without one; False never isolates. `cores_per_worker` (None: unpinned)
+    pins each worker to that many cores of its own before it starts, thread
+    pools to match (`mgtutor.training.pinning`: more cores than this process
+    may use are refused; where none can be pinned, a note says so). Returns
+    a `ClusterResult`; with ``check=True`` a failure raises `ClusterError`.
     """
     timeout = _check_timeout(timeout)
     cluster = LocalCluster(
         command, n_workers, args=args, env=env, cwd=cwd, stream=stream, quiet_tf=quiet_tf,
-        kill_worker=kill_worker, kill_when=kill_when, isolate=isolate,
+        kill_worker=kill_worker, kill_when=kill_when, isolate=isolate, cores_per_worker=cores_per_worker,
     )  # fmt: skip
     with cluster:
         result = cluster.wait(timeout)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import check_whole
 from mgtutor.data_parallel import check_batch_divisible
+from mgtutor.support.checks import check_whole
 
 
 def epoch_rows(n: int, seed: int, epoch: Any, shuffle: bool = True) -> Any:

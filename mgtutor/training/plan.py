@@ -1,9 +1,9 @@
-"""`FitPlan`: one fit's arguments, keyword-only and checked once, before any work.
+"""`FitPlan`: one fit's arguments, checked once, before any work.
 
-Both engines build it with `plan_fit` (`resumable_fit` around Keras ``fit``, `Trainer.fit` around a
-``strategy.run`` loop) and read only it afterwards. A new training option (gradient accumulation,
-mixed precision) is one field of `FitPlan` and its check in `plan_fit`; each engine then reads
-``plan.<option>`` where it trains.
+Both engines (`RESUMABLE_FIT`, Keras ``fit`` made resumable; `TRAINER`, a ``strategy.run`` loop) gather
+what their caller asked into `FitOptions`, one typed record with one name per option, and `plan_fit`
+checks it against what the `Engine` can do; each engine then reads only the `FitPlan`. A new training
+option is one field of `FitOptions` and of `FitPlan` and its check in `plan_fit`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgtutor._checks import check_whole
 from mgtutor.data_parallel import check_batch_divisible
+from mgtutor.support.checks import check_whole
 from mgtutor.training import checkpoints
 
 
@@ -28,6 +28,62 @@ class Validation:
     x: np.ndarray
     y: np.ndarray
     batch_size: int
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What an engine can do, which decides what a fit may ask of it."""
+
+    name: str
+    whole_batches: bool  # True: an epoch trains only full batches (the Trainer slices them per replica)
+    plain_arrays: bool  # True: x and y must be NumPy arrays, not nests
+    accumulates: bool  # False: accumulation_steps > 1 is refused, with `ACCUMULATION_REFUSED`
+    backup_fix: str  # what to do instead of Keras' BackupAndRestore
+
+
+# Why resumable_fit takes accumulation_steps=1 only (measured with Keras 3.15.1).
+ACCUMULATION_REFUSED = (
+    "resumable_fit does not accumulate gradients. Keras' own gradient_accumulation_steps fails under "
+    "MirroredStrategy fit (\"merge_call called while defining a new graph\", keras#20582), and on one "
+    "replica it averages a short last batch like a full one. Use mgtutor.Trainer(model, optimizer, loss, "
+    "metrics, strategy=...).fit(x, y, batch_size=..., accumulation_steps=k, checkpoint_dir=...): one "
+    "all-reduce per k batches, the exact mean over them, on 1 or N devices and N workers, resumable."
+)
+RESUMABLE_FIT = Engine(
+    "resumable_fit", whole_batches=False, plain_arrays=False, accumulates=False,
+    backup_fix="Remove the BackupAndRestore callback: resumable_fit saves the whole state and resumes "
+    "mid-epoch.",
+)  # fmt: skip
+TRAINER = Engine(
+    "Trainer.fit", whole_batches=True, plain_arrays=True, accumulates=True,
+    backup_fix="Pass checkpoint_dir=... instead: it resumes mid-epoch.",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """A fit as its caller asked it, unchecked: the options both engines share, one name each.
+
+    `fit_options` are Keras ``fit``'s own (resumable_fit hands them on; Keras checks them).
+    """
+
+    x: Any
+    y: Any
+    batch_size: Any
+    epochs: Any
+    sample_weight: Any = None
+    seed: Any = 0
+    steps_per_epoch: Any = None
+    shuffle: Any = True
+    callbacks: Any = None
+    verbose: Any = "auto"
+    checkpoint_dir: Any = None
+    checkpoint_every_steps: Any = None
+    validation_data: Any = None
+    validation_batch_size: Any = None
+    log_dir: Any = None
+    accumulation_steps: Any = 1
+    fit_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +111,7 @@ class FitPlan:
     callbacks: tuple
     verbose: int
     checkpoint_dir: Path | None
-    save_every_steps: int | None
+    checkpoint_every_steps: int | None
     validation: Validation | None
     log_dir: Path | None
     settings: dict[str, Any]
@@ -174,80 +230,52 @@ def _check_validation(data: Any, batch_size: Any, replicas: int) -> Validation:
     return Validation(x=x_val, y=y_val, batch_size=batch)
 
 
-def _check_checkpoints(checkpoint_dir: Any, every: Any, name: str) -> tuple[Path | None, int | None]:
+def _check_checkpoints(checkpoint_dir: Any, every: Any) -> tuple[Path | None, int | None]:
     folder = checkpoints.checkpoint_folder(checkpoint_dir) if checkpoint_dir is not None else None
     if every is None:
         return folder, None
-    every = check_whole(name, every, 1)
+    every = check_whole("checkpoint_every_steps", every, 1)
     if folder is None:
-        raise ValueError(f"{name} needs checkpoint_dir=... (where to save).")
+        raise ValueError("checkpoint_every_steps needs checkpoint_dir=... (where to save).")
     return folder, every
 
 
-def _check_accumulation(steps: Any, refused: str | None) -> int:
+def _check_accumulation(steps: Any, engine: Engine) -> int:
     fix = "Pass a whole number such as accumulation_steps=4 (1, the default: one update per batch)."
     steps = check_whole("accumulation_steps", steps, 1, fix)
-    if steps > 1 and refused:
-        raise ValueError(f"accumulation_steps={steps}: {refused}")
+    if steps > 1 and not engine.accumulates:
+        raise ValueError(f"accumulation_steps={steps}: {ACCUMULATION_REFUSED}")
     return steps
 
 
-def plan_fit(
-    *,
-    replicas: int,
-    x: Any,
-    y: Any,
-    sample_weight: Any = None,
-    plain_arrays: bool = False,
-    batch_size: Any,
-    epochs: Any,
-    seed: Any = 0,
-    whole_batches: bool,
-    steps_per_epoch: Any = None,
-    shuffle: Any = True,
-    callbacks: Any = None,
-    verbose: Any = "auto",
-    checkpoint_dir: Any = None,
-    save_every_steps: Any = None,
-    save_every_name: str = "checkpoint_every_steps",
-    validation_data: Any = None,
-    validation_batch_size: Any = None,
-    log_dir: Any = None,
-    backup_fix: str = "Pass checkpoint_dir=... instead: it resumes mid-epoch.",
-    fit_options: dict[str, Any] | None = None,
-    accumulation_steps: Any = 1,
-    accumulation_refused: str | None = None,
-) -> FitPlan:
-    """Every argument of a fit checked, in the order a reader would, before any work or write.
-
-    `plain_arrays`: x and y must be NumPy arrays (the Trainer slices them per replica), not nests.
-    `accumulation_refused`: why this engine cannot accumulate (then only accumulation_steps=1 is taken).
-    """
-    if plain_arrays:
-        check_arrays(x, y, "fit")
-    arrays = (x, y) if sample_weight is None else (x, y, sample_weight)
+def plan_fit(options: FitOptions, *, engine: Engine, replicas: int) -> FitPlan:
+    """Every option of a fit checked, in the order a reader would, before any work or write."""
+    o = options
+    if engine.plain_arrays:
+        check_arrays(o.x, o.y, "fit")
+    arrays = (o.x, o.y) if o.sample_weight is None else (o.x, o.y, o.sample_weight)
     n = _num_examples(arrays, ("x", "y", "sample_weight")[: len(arrays)])
-    batch_size = check_whole("batch_size", batch_size, 1)
-    epochs = check_whole("epochs", epochs, 1)
-    seed = check_whole("seed", seed, 0)
-    if not isinstance(shuffle, bool):
-        raise TypeError(f"shuffle must be True or False, got {shuffle!r}.")
+    batch_size = check_whole("batch_size", o.batch_size, 1)
+    epochs = check_whole("epochs", o.epochs, 1)
+    seed = check_whole("seed", o.seed, 0)
+    if not isinstance(o.shuffle, bool):
+        raise TypeError(f"shuffle must be True or False, got {o.shuffle!r}.")
     check_batch_divisible(batch_size, replicas)
-    steps = _steps(n, batch_size, whole_batches, steps_per_epoch)
-    accumulation = _check_accumulation(accumulation_steps, accumulation_refused)
+    steps = _steps(n, batch_size, engine.whole_batches, o.steps_per_epoch)
+    accumulation = _check_accumulation(o.accumulation_steps, engine)
     validation = None
-    if validation_data is not None:
-        validation = _check_validation(validation_data, validation_batch_size or batch_size, replicas)
-    folder, every = _check_checkpoints(checkpoint_dir, save_every_steps, save_every_name)
+    if o.validation_data is not None:
+        validation = _check_validation(o.validation_data, o.validation_batch_size or batch_size, replicas)
+    folder, every = _check_checkpoints(o.checkpoint_dir, o.checkpoint_every_steps)
     settings = {
-        "batch_size": batch_size, "steps_per_epoch": steps, "seed": seed, "shuffle": shuffle,
+        "batch_size": batch_size, "steps_per_epoch": steps, "seed": seed, "shuffle": o.shuffle,
         "num_examples": n, "data": checkpoints.fingerprint(arrays, n), "accumulation_steps": accumulation,
     }  # fmt: skip
     return FitPlan(
         arrays=arrays, num_examples=n, batch_size=batch_size, epochs=epochs, steps_per_epoch=steps,
-        whole_batches=whole_batches, shuffle=shuffle, seed=seed,
-        callbacks=_check_callbacks(callbacks, backup_fix), verbose=_check_verbose(verbose),
-        checkpoint_dir=folder, save_every_steps=every, validation=validation,
-        log_dir=None if log_dir is None else checkpoints.checkpoint_folder(log_dir, "log_dir"),
-        settings=settings, accumulation_steps=accumulation, fit_options=dict(fit_options or {}),
+        whole_batches=engine.whole_batches, shuffle=o.shuffle, seed=seed,
+        callbacks=_check_callbacks(o.callbacks, engine.backup_fix), verbose=_check_verbose(o.verbose),
+        checkpoint_dir=folder, checkpoint_every_steps=every, validation=validation,
+        log_dir=None if o.log_dir is None else checkpoints.checkpoint_folder(o.log_dir, "log_dir"),
+        settings=settings, accumulation_steps=accumulation, fit_options=dict(o.fit_options),
     )  # fmt: skip

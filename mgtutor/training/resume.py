@@ -2,7 +2,7 @@
 
 Keras 3's ``BackupAndRestore`` re-runs the interrupted epoch from its first batch and keeps no
 Dropout generator state (keras#19179, keras#20712). Here each epoch's order is a function of
-(seed, epoch), and every `save_every_steps` batches one atomically written file holds every
+(seed, epoch), and every `checkpoint_every_steps` batches one atomically written file holds every
 variable, the optimizer and metric state and the position; a restart trains only what is left.
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from mgtutor.saving import save_model
+from mgtutor.support.checks import renamed
 from mgtutor.training import checkpoints
 from mgtutor.training.feeding import epoch_rows
-from mgtutor.training.plan import FitPlan, plan_fit
+from mgtutor.training.plan import RESUMABLE_FIT, FitOptions, FitPlan, plan_fit
 
 EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}
 BEST_FILE = "best.weights.h5"
@@ -42,15 +43,6 @@ _PASSED_TO_FIT = {
     "class_weight",
 }
 
-
-# Why resumable_fit takes accumulation_steps=1 only (measured with Keras 3.15.1).
-ACCUMULATION_REFUSED = (
-    "resumable_fit does not accumulate gradients. Keras' own gradient_accumulation_steps fails under "
-    "MirroredStrategy fit (\"merge_call called while defining a new graph\", keras#20582), and on one "
-    "replica it averages a short last batch like a full one. Use mgtutor.Trainer(model, optimizer, loss, "
-    "metrics, strategy=...).fit(x, y, batch_size=..., accumulation_steps=k, checkpoint_dir=...): one "
-    "all-reduce per k batches, the exact mean over them, on 1 or N devices and N workers, resumable."
-)
 
 # --------------------------------------------------------------------------- checks
 
@@ -298,7 +290,7 @@ def _announce(say: Any, plan: FitPlan, resumed_from: tuple[int, int] | None) -> 
     if resumed_from is None:
         say(
             f"resumable_fit: new run in {folder}: {plan.epochs} epochs of {steps} batches, state "
-            f"saved every {plan.save_every_steps} batches and at each epoch end."
+            f"saved every {plan.checkpoint_every_steps} batches and at each epoch end."
         )
     else:
         start, skip = resumed_from
@@ -365,7 +357,7 @@ def _run(model: Any, strategy: Any, plan: FitPlan, monitor: str, mode: str) -> A
     meta = checkpoints.new_state(
         plan.settings, replicas=replicas, best=None, best_epoch=None, monitor=monitor, keras=keras.__version__
     )
-    checkpointer = _Checkpointer(model, folder, meta, plan.save_every_steps, monitor, mode)
+    checkpointer = _Checkpointer(model, folder, meta, plan.checkpoint_every_steps, monitor, mode)
     resumed_from = _restore(checkpointer, strategy, state, replicas)
     say = print if plan.verbose else (lambda *_: None)
     params = {"epochs": plan.epochs, "steps": plan.steps_per_epoch, "verbose": plan.verbose}
@@ -387,7 +379,7 @@ def resumable_fit(
     checkpoint_dir: str | os.PathLike,
     epochs: int,
     batch_size: int,
-    save_every_steps: int = 50,
+    checkpoint_every_steps: int = 50,
     seed: int = 0,
     strategy: Any = None,
     sample_weight: Any = None,
@@ -398,7 +390,7 @@ def resumable_fit(
 ) -> Any:
     """``model.fit(x, y, ...)`` that a restart with the same call continues where it was killed.
 
-    Every `save_every_steps` batches and at each epoch end, the whole training
+    Every `checkpoint_every_steps` batches and at each epoch end, the whole training
     state goes to ``checkpoint_dir/resume-state.npz`` (atomically); each epoch
     also leaves ``epoch-NN.weights.h5`` and, when `monitor` improved,
     ``best.weights.h5`` (`monitor` defaults to ``val_loss`` with validation
@@ -421,21 +413,21 @@ def resumable_fit(
     mid-epoch runs ``fit`` twice (the rest of that epoch, then the epochs after
     it), so `callbacks` see two ``on_train_begin``/``on_train_end`` pairs in
     that process. `accumulation_steps` takes 1 only (more is refused: use
-    ``Trainer.fit(..., accumulation_steps=k)``, see `ACCUMULATION_REFUSED`).
+    ``Trainer.fit(..., accumulation_steps=k)``, see `plan.ACCUMULATION_REFUSED`). The name
+    ``save_every_steps`` (before issue 39) still works, with a warning.
     """
 
+    every = renamed(fit_kwargs, "save_every_steps", "checkpoint_every_steps", checkpoint_every_steps, 50)
     strategy = _check_model(model, strategy)
     _check_fit_kwargs(fit_kwargs)
     replicas = int(strategy.num_replicas_in_sync)
-    plan = plan_fit(
-        replicas=replicas, x=x, y=y, sample_weight=sample_weight, batch_size=batch_size, epochs=epochs,
-        seed=seed, whole_batches=False, callbacks=fit_kwargs.pop("callbacks", None),
-        verbose=fit_kwargs.pop("verbose", "auto"), checkpoint_dir=checkpoint_dir,
-        save_every_steps=save_every_steps, save_every_name="save_every_steps", fit_options=fit_kwargs,
-        accumulation_steps=accumulation_steps, accumulation_refused=ACCUMULATION_REFUSED,
-        backup_fix="Remove the BackupAndRestore callback: resumable_fit saves the whole state and "
-        "resumes mid-epoch.",
+    options = FitOptions(
+        x=x, y=y, sample_weight=sample_weight, batch_size=batch_size, epochs=epochs, seed=seed,
+        callbacks=fit_kwargs.pop("callbacks", None), verbose=fit_kwargs.pop("verbose", "auto"),
+        checkpoint_dir=checkpoint_dir, checkpoint_every_steps=every, fit_options=fit_kwargs,
+        accumulation_steps=accumulation_steps,
     )  # fmt: skip
+    plan = plan_fit(options, engine=RESUMABLE_FIT, replicas=replicas)
     if plan.checkpoint_dir is None:
         raise TypeError("checkpoint_dir is required: a folder for the run's state, e.g. 'runs/cifar10'.")
     monitor, mode = _check_monitor(monitor, mode, plan)

@@ -18,15 +18,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgtutor._checks import check_whole
 from mgtutor.data_parallel import check_batch_divisible
 from mgtutor.progress import EpochSummaries
+from mgtutor.support.checks import check_whole
 from mgtutor.training import checkpoints
 from mgtutor.training.accumulation import accumulating_updates, gradient_sums, group_sizes
 from mgtutor.training.checkpoints import StrategyCheckpointer as Checkpointer
 from mgtutor.training.feeding import distributed, epoch_batches, fed_rows, padded_rows
 from mgtutor.training.losses import make_metric, per_example_loss
-from mgtutor.training.plan import FitPlan, check_arrays, plan_fit
+from mgtutor.training.plan import TRAINER, FitOptions, FitPlan, check_arrays, plan_fit
 from mgtutor.training.worker import is_chief, num_workers
 
 # --------------------------------------------------------------------------- strategies
@@ -358,14 +358,14 @@ class Trainer:
         `checkpoint_every_steps` and ``steps_trained`` count these steps
         (updates); checkpoints fall between them.
         """
-        plan = plan_fit(
-            replicas=self.num_replicas, x=x, y=y, plain_arrays=True, batch_size=batch_size,
-            epochs=epochs, seed=seed, whole_batches=True, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
-            callbacks=callbacks, verbose=verbose, checkpoint_dir=checkpoint_dir,
-            save_every_steps=checkpoint_every_steps, validation_data=validation_data,
+        options = FitOptions(
+            x=x, y=y, batch_size=batch_size, epochs=epochs, seed=seed, steps_per_epoch=steps_per_epoch,
+            shuffle=shuffle, callbacks=callbacks, verbose=verbose, checkpoint_dir=checkpoint_dir,
+            checkpoint_every_steps=checkpoint_every_steps, validation_data=validation_data,
             validation_batch_size=validation_batch_size, log_dir=log_dir,
             accumulation_steps=accumulation_steps,
         )  # fmt: skip
+        plan = plan_fit(options, engine=TRAINER, replicas=self.num_replicas)
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
         self._build_metrics(plan.x, plan.y)
         state, checkpointer, resumed_from = self._start(plan, say)
@@ -462,7 +462,8 @@ class Trainer:
                 logs = update(iterator, sizes[step])
                 trained += 1
                 callback_list.on_train_batch_end(step, logs)
-                due = plan.save_every_steps and (epoch * len(sizes) + step + 1) % plan.save_every_steps == 0
+                every = plan.checkpoint_every_steps
+                due = every and (epoch * len(sizes) + step + 1) % every == 0
                 if checkpointer is not None and due and step + 1 < len(sizes):  # the epoch end saves anyway
                     save(epoch, (step + 1) * k)  # batches done
                 if self.model.stop_training:

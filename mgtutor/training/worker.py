@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mgtutor._checks import is_whole
+from mgtutor.support.checks import is_whole
 
 
 def tf_config(addresses: Sequence[int | str], index: int, task_type: str = "worker") -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mgtutor.records import MIME_TYPE
+from mgtutor.support.records import MIME_TYPE
 from tests.conftest import ROOT
 
 NOTEBOOK = "00_environment.ipynb"

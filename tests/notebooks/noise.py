@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from mgtutor._tflog import TF_NOISE
+from mgtutor.support.tflog import TF_NOISE
 
 # A line of output that the lesson did not print, each with why.
 NOISE = {

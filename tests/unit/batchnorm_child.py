@@ -46,8 +46,8 @@ from mgtutor.batchnorm import (  # noqa: E402
     replica_copy_spread,
 )
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
 from mgtutor.saving import export_for_serving, load_model, save_model  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 from mgtutor.training.resume import resumable_fit  # noqa: E402
 from mgtutor.training.trainer import Trainer  # noqa: E402
 
@@ -331,7 +331,8 @@ def resumable(checkpoints: str, interrupt: bool = False):
         model = tiny()
         compile_sgd(model)
     resumable_fit(model, x_small, y, checkpoint_dir=folder / checkpoints, epochs=2, batch_size=BATCH,
-                  save_every_steps=1, verbose=0, callbacks=[Interrupt()] if interrupt else [])  # fmt: skip
+                  checkpoint_every_steps=1, verbose=0,
+                  callbacks=[Interrupt()] if interrupt else [])  # fmt: skip
     return model
 
 

@@ -14,7 +14,7 @@ import warnings
 import mgtutor.data_parallel as par
 import mgtutor.keras2.towers as towers_module
 from mgtutor.devices import setup_devices
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 N = int(sys.argv[1])
 # Importing mgtutor.data_parallel must leave TF unstarted, else this raises.

@@ -13,7 +13,7 @@ import io
 import sys
 
 from mgtutor import DeviceSetupError, setup_devices
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 if sys.argv[1] == "first":
     printed = io.StringIO()

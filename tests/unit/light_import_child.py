@@ -12,6 +12,6 @@ import sys
 importlib.import_module(sys.argv[1])
 heavy = sorted(name for name in ("tensorflow", "jax", "keras", "matplotlib") if name in sys.modules)
 
-from mgtutor.processes import report_result  # noqa: E402  (after the measurement)
+from mgtutor.support.processes import report_result  # noqa: E402  (after the measurement)
 
 report_result({"loaded": heavy})

@@ -34,7 +34,7 @@ from mgtutor import ImageDataGenerator  # noqa: E402
 from mgtutor.data import DataNotFoundError, load_mnist  # noqa: E402
 from mgtutor.data_parallel import copy_model, max_weight_difference  # noqa: E402
 from mgtutor.models import build_lenet  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 
 out = {"early": early}
 rng = np.random.default_rng(0)

@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 from mgtutor.data_parallel import mirrored_strategy  # noqa: E402
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 
 inputs = np.load(os.path.join(FOLDER, "inputs.npz"))
 x, y, probe = inputs["x"], inputs["y"], inputs["probe"]

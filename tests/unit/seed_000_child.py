@@ -19,7 +19,7 @@ from keras.models import Sequential
 from mgtutor import multi_gpu_model, seed_optimizer, setup_devices
 from mgtutor.data import load_cifar10 as load_data  # keras.datasets.cifar10.load_data, offline
 from mgtutor.keras2.augment import ImageDataGenerator  # keras.preprocessing.image
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 setup_devices(4)  # 4 simulated GPUs on a CPU-only machine
 

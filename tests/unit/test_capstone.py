@@ -1,4 +1,4 @@
-"""mgtutor.capstone: notebook 13's recipe lifted into the package (whitening, network, schedule, views)."""
+"""mgtutor.capstone: notebook 16's recipe lifted into the package (whitening, network, schedule, views)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
     images = _correlated_images()
     kernel = whitening_filters(images)
     model = build_capstone_cnn(whiten_with=images, seed=0)
-    assert model.count_params() == 570_296  # notebook 13's count, asserted by its checks too
+    assert model.count_params() == 570_296  # notebook 16's count, asserted by its checks too
     assert not model.get_layer("whitening").trainable
     np.testing.assert_array_equal(model.get_layer("whitening").kernel.numpy(), kernel)
     convolutions = [
@@ -75,9 +75,11 @@ def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
     learnt = build_capstone_cnn(seed=0, identity=False)
     assert learnt.get_layer("whitening").trainable
     assert not np.array_equal(learnt.layers[3].kernel.numpy()[1, 1, :24, :24], np.eye(24))
-    by_name = build_model("capstone_cnn", (32, 32, 3), 10, seed=0, whiten_with=images)
-    for a, b in zip(by_name.get_weights(), model.get_weights(), strict=True):
+    again = build_capstone_cnn(seed=0, whiten_with=images)
+    for a, b in zip(again.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)  # the same network, the same start
+    with pytest.raises(ValueError, match="must be one of"):
+        build_model("capstone_cnn", (32, 32, 3), 10)  # the lesson's own, not a registry model
     x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype(np.float32)
     assert model.predict(x, verbose=0).shape == (2, 10)
 

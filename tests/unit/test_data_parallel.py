@@ -148,7 +148,7 @@ def test_one_device_is_refused_with_the_reason():
 
 
 def test_more_devices_than_exist_lists_them_and_says_how_to_simulate():
-    from mgtutor.data_parallel import available_devices, resolve_devices
+    from mgtutor.devices import available_devices, resolve_devices
     from mgtutor.keras2.towers import multi_gpu_model
 
     available = available_devices()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mgtutor import _prepare as prepare
-from mgtutor import data, models
+from mgtutor import dataset as dataset_module
+from mgtutor import models, prepare
 from tests.conftest import ROOT, run_child
 
 SEED_CNN_LAYERS = [
@@ -150,7 +150,6 @@ def test_same_seed_same_weights_other_seed_other_weights(name):
 
 def test_build_model_dispatches_by_name_and_passes_the_seed():
     assert models.MODEL_BUILDERS == {
-        "capstone_cnn": models.build_capstone_cnn,
         "seed_cnn": models.build_seed_cnn,
         "lenet": models.build_lenet,
         "minigooglenet": models.build_minigooglenet,
@@ -239,7 +238,7 @@ def test_seed_cnn_learns_the_synthetic_patterns_in_three_epochs():
     # with the seed's dropout the model needs about 8.
     import keras
 
-    dataset = data.synthetic_dataset(train_samples=300, test_samples=100, seed=0)
+    dataset = dataset_module.synthetic_dataset(train_samples=300, test_samples=100, seed=0)
     x_train, x_test = prepare.scale_images(dataset.x_train), prepare.scale_images(dataset.x_test)
     y_train, y_test = prepare.one_hot(dataset.y_train, 10), prepare.one_hot(dataset.y_test, 10)
     model = models.build_seed_cnn(seed=0, dropout=False)

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from mgtutor.records import MIME_TYPE
+from mgtutor.support.records import MIME_TYPE
 from tests.notebooks.noise import noise_in
 
 # Keras 3's bar in a saved notebook (verbose=1): frames joined by backspaces and carriage returns.

@@ -8,6 +8,7 @@ import re
 import tomllib
 
 import mgtutor
+from mgtutor.classroom.lessons import find_notebooks
 from tests.conftest import ROOT, run_child
 
 
@@ -47,21 +48,31 @@ def test_the_public_api_is_small_and_the_readme_lists_it():
     assert sorted(set(listed) & set(mgtutor.__all__)) == sorted(mgtutor.__all__)
 
 
-def test_every_module_is_small_and_in_the_readme_map():
-    # Issue 15: one job per module, under 500 lines, each with its line in "How the code is organised".
+def _map() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## How the code is organised", 1)[1].split("\n## ", 1)[0]
-    named = set(re.findall(r"`(\w+)`", section))
+    return readme.split("## How the code is organised", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_module_is_small_and_named_where_a_newcomer_looks():
+    # Issue 15: one job per module, under 500 lines. Issue 39: the README's map names the rooms and
+    # the learner's modules at the top, in at most 50 lines; each room's __init__ names its own modules,
+    # so the folders explain themselves.
+    section = _map()
+    assert len(section.strip().splitlines()) <= 50, "the README's module map grew past 50 lines"
     modules = sorted((ROOT / "mgtutor").rglob("*.py"))
     for path in modules:
         lines = len(path.read_text().splitlines())
         assert lines < 500, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
-    unnamed = [p.stem for p in modules if p.stem not in named and p.stem != "__main__"]
-    assert not unnamed, f"modules missing from the README's map: {unnamed}"
-    # Issue 23: the rooms are the map's headings; a folder not in the map is a room nobody planned.
-    rooms = {p.parent.name for p in modules if p.parent != ROOT / "mgtutor"}
-    missing = sorted(room for room in rooms if f"`mgtutor/{room}/`" not in section)
-    assert not missing, f"folders missing from the README's map: {missing}"
+        assert ast.get_docstring(ast.parse(path.read_text())), f"{path.relative_to(ROOT)}: no docstring"
+    top = [p.stem for p in modules if p.parent == ROOT / "mgtutor" and p.stem not in ("__init__", "__main__")]
+    named = set(re.findall(r"`(\w+)`", section))
+    assert sorted(set(top) - named) == [], "modules at the top missing from the README's map"
+    rooms = sorted({p.parent for p in modules if p.parent != ROOT / "mgtutor"})
+    for room in rooms:
+        assert f"`mgtutor/{room.name}/`" in section, f"room {room.name}/ missing from the README's map"
+        told = set(re.findall(r"`(\w+)`", ast.get_docstring(ast.parse((room / "__init__.py").read_text()))))
+        untold = sorted(p.stem for p in room.glob("*.py") if p.stem not in told | {"__init__", "__main__"})
+        assert untold == [], f"mgtutor/{room.name}/__init__.py does not name {untold}"
 
 
 def test_no_internal_module_re_exports_another_modules_names():
@@ -87,24 +98,38 @@ def test_no_function_is_over_80_lines():
     assert long == []
 
 
-def _imported_rooms(path) -> set[str]:
-    """The rooms (training, speed, classroom) that the module at `path` imports from."""
-    rooms = set()
+ROOMS = {"support", "keras2", "training", "speed", "classroom"}
+
+
+def _imported(path) -> set[str]:
+    """What the module at `path` imports of mgtutor: its rooms, or ``top.<module>`` for the top's."""
+    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
         names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-        rooms |= {name.split(".")[1] for name in names if name.startswith("mgtutor.")}
-    return rooms & {"training", "speed", "classroom"}
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "mgtutor" and len(parts) > 1:
+                found.add(parts[1] if parts[1] in ROOMS else f"top.{parts[1]}")
+    return found
 
 
 def test_the_rooms_import_as_the_readme_map_says():
-    # Issue 23: the top and keras2/ import no room; training/ and speed/ not each other; no one classroom/.
-    allowed = {"": set(), "keras2": set(), "training": {"training"}, "speed": {"speed"},
-               "classroom": {"training", "speed", "classroom"}}  # fmt: skip
+    # Issue 23: the top and keras2/ import no room but support/; training/ and speed/ not each other;
+    # no one imports classroom/. Issue 39: support/ imports only itself, and no module imports the
+    # capstone, a lesson's recipe (its benchmark and tests do).
+    allowed = {"support": {"support"}, "": {"support", "keras2"}, "keras2": {"support", "keras2"},
+               "training": {"training", "support", "keras2"}, "speed": {"speed", "support", "keras2"},
+               "classroom": {"training", "speed", "classroom", "support", "keras2"}}  # fmt: skip
     wrong = []
     for path in sorted((ROOT / "mgtutor").rglob("*.py")):
         room = "" if path.parent == ROOT / "mgtutor" else path.parent.name
-        extra = _imported_rooms(path) - allowed[room]
+        imported = _imported(path)
+        extra = {name for name in imported - allowed[room] if not name.startswith("top.")}
+        if room == "support":
+            extra |= {name for name in imported if name.startswith("top.")}
+        if path.stem != "capstone":
+            extra |= imported & {"top.capstone"}
         if extra:
             wrong.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
     assert wrong == []
@@ -112,7 +137,16 @@ def test_the_rooms_import_as_the_readme_map_says():
 
 def test_the_teachers_guide_total_is_the_sum_of_its_lesson_plan():
     text = (ROOT / "docs" / "teachers.md").read_text()
-    minutes = [int(m) for m in re.findall(r"^\| \d\d [^|]+\| (\d+) min \|", text, flags=re.M)]
-    assert len(minutes) == 13  # every lesson but 12, the optional extra, which has its own paragraph
-    hours, rest = divmod(sum(minutes), 60)
-    assert f"About {hours} h {rest} min of teaching (the sum of the column above)" in text
+    plan = re.findall(r"^\| ([^|]+) \| (\d+) min \| (core|second|extra) \|", text, flags=re.M)
+    lessons = [slot.split()[0] for slot, _, _ in plan if slot[:2].isdigit()]
+    assert lessons == [nb.name[:2] for nb in find_notebooks(ROOT / "notebooks")]  # every lesson, once
+    assert plan[0][0].startswith("setup and") and plan[0][2] == "core"  # the setup slot comes first
+    hours, rest = divmod(sum(int(minutes) for _, minutes, _ in plan), 60)
+    assert f"about {hours} h {rest} min of teaching (the column's sum)" in text
+    # The 3-hour cut: each slot starts where the last ended, and the last ends at 3:00.
+    cut = re.findall(r"^\| (\d):(\d\d) \| [^|]*?\((\d+) min\)", text, flags=re.M)
+    clock = 0
+    for hour, minute, minutes in cut:
+        assert int(hour) * 60 + int(minute) == clock
+        clock += int(minutes)
+    assert clock == 180 and cut[0][:2] == ("0", "00")

@@ -175,7 +175,7 @@ def endless():
 
 
 def prefetch_threads() -> list[threading.Thread]:
-    from mgtutor.parameter_averaging import PREFETCH_THREAD_NAME
+    from mgtutor.worker_batches import PREFETCH_THREAD_NAME
 
     return [t for t in threading.enumerate() if t.name == PREFETCH_THREAD_NAME and t.is_alive()]
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 
 class Collected:

@@ -63,7 +63,8 @@ def test_the_quick_run_of_the_issue_is_taken_by_every_lesson():
     quick = plans(512, 1, 2)
     assert not [stem for stem, plan in quick.items() if isinstance(plan, str)]
     # 07: 8 batches of 64; saved every 2, killed after batch 5 of the only epoch: the last save is mid-epoch.
-    assert quick["07_save_and_restore"] == {"steps_per_epoch": 8, "save_every_steps": 2, "kill_at": [0, 5]}
+    assert quick["07_save_and_restore"] == {"steps_per_epoch": 8, "checkpoint_every_steps": 2,
+                                            "kill_at": [0, 5]}
     # 09: 512 images hold 8 rounds of 2 x 32: the seed's wrapper runs 6 (two averagings), the parity check 8.
     assert quick["09_parameter_averaging"] == {"seed_rounds": 6, "parity_rounds": 8}
     # 10: 8 steps of 2 x 32: a checkpoint every 2, the kill after the one at step 4.
@@ -77,7 +78,7 @@ def test_derived_steps_fit_the_run(train, epochs, devices):
     if isinstance(save, dict):
         kill_epoch, kill_batch = save["kill_at"]
         assert 0 <= kill_epoch < epochs
-        assert 1 <= save["save_every_steps"] < kill_batch <= save["steps_per_epoch"]
+        assert 1 <= save["checkpoint_every_steps"] < kill_batch <= save["steps_per_epoch"]
     job = plan["10_multi_worker"]
     if isinstance(job, dict):
         assert 0 < job["kill_after_step"] < job["total_steps"]
@@ -94,22 +95,22 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     p04 = notebook_parameters(ROOT / "notebooks" / "04_multi_gpu_wrapping.ipynb")
     with pytest.raises(ValueError, match=r"PARITY_STEPS=3 needs 3 global batch\(es\) of 128 .* >= 384"):
         lesson_plan("04_multi_gpu_wrapping", {**p04, "TRAIN_SAMPLES": 256, "N_DEVICES": 4})
-    p13 = notebook_parameters(ROOT / "notebooks" / "13_capstone.ipynb")
+    p16 = notebook_parameters(ROOT / "notebooks" / "16_capstone.ipynb")
     with pytest.raises(ValueError, match=r"XLA=True needs N_DEVICES=1, got N_DEVICES=2: .* Use XLA=False"):
-        lesson_plan("13_capstone", {**p13, "N_DEVICES": 2, "XLA": True})
+        lesson_plan("16_capstone", {**p16, "N_DEVICES": 2, "XLA": True})
     with pytest.raises(ValueError, match=r"XLA must be None \(on for one device\), True or False, got 'yes'"):
-        lesson_plan("13_capstone", {**p13, "XLA": "yes"})
-    assert lesson_plan("13_capstone", {**p13, "N_DEVICES": 2}) == {}  # the default: XLA off there
+        lesson_plan("16_capstone", {**p16, "XLA": "yes"})
+    assert lesson_plan("16_capstone", {**p16, "N_DEVICES": 2}) == {}  # the default: XLA off there
     with pytest.raises(ValueError, match=r"SMALL_SIZES must be a list of image sides >= 10 .* \[16, 8\]"):
-        lesson_plan("13_capstone", {**p13, "SMALL_SIZES": [16, 8]})
+        lesson_plan("16_capstone", {**p16, "SMALL_SIZES": [16, 8]})
     with pytest.raises(ValueError, match=r"SMALL_SIZES must be a list .*, got 24"):
-        lesson_plan("13_capstone", {**p13, "SMALL_SIZES": 24})
+        lesson_plan("16_capstone", {**p16, "SMALL_SIZES": 24})
     with pytest.raises(ValueError, match=r"LOOKAHEAD must be True or False, got 'yes'"):
-        lesson_plan("13_capstone", {**p13, "LOOKAHEAD": "yes"})
-    assert lesson_plan("13_capstone", {**p13, "SMALL_SIZES": []}) == {}  # every epoch at full size
+        lesson_plan("16_capstone", {**p16, "LOOKAHEAD": "yes"})
+    assert lesson_plan("16_capstone", {**p16, "SMALL_SIZES": []}) == {}  # every epoch at full size
     with pytest.raises(ValueError, match=r"FULL_SIZE_EPOCHS must be a whole number >= 0 .*, got -1"):
-        lesson_plan("13_capstone", {**p13, "FULL_SIZE_EPOCHS": -1})
-    assert lesson_plan("13_capstone", {**p13, "EPOCHS": 1}) == {}  # under FULL_SIZE_EPOCHS: all full size
+        lesson_plan("16_capstone", {**p16, "FULL_SIZE_EPOCHS": -1})
+    assert lesson_plan("16_capstone", {**p16, "EPOCHS": 1}) == {}  # under FULL_SIZE_EPOCHS: all full size
     assert lesson_plan("no_such_lesson", {}) == {}
 
 

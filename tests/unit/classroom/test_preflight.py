@@ -110,3 +110,22 @@ def test_missing_data_only_warns_with_allow_synthetic():
     assert all(c.ok or c.warning for c in checks)
     assert not preflight.failed([preflight.Check("data x", False, "missing", warning=True)])
     assert preflight.failed([preflight.Check("ports", False, "taken")])
+
+
+def test_the_memory_check_asks_for_what_the_last_complete_run_took(tmp_path):
+    from mgtutor.classroom.preflight import NEEDED_MEMORY_GB, check_resources, memory_need
+
+    runs = tmp_path / "runs"
+    assert memory_need(runs) == (NEEDED_MEMORY_GB, "before any make run here; make run measures what each "
+                                 "notebook takes")  # fmt: skip
+    for name, status, peaks in (("20261127-010000", "complete", [900, 4318, 1200]),
+                                ("20261127-020000", "failed", [9000])):  # fmt: skip
+        (runs / name).mkdir(parents=True)
+        notebooks = [{"notebook": f"{i:02d}_x.ipynb", "peak_rss_mb": p} for i, p in enumerate(peaks)]
+        (runs / name / "summary.json").write_text(json.dumps({"status": status, "notebooks": notebooks}))
+    (runs / "20261127-030000").mkdir()
+    (runs / "20261127-030000" / "summary.json").write_text("{not json")  # a run killed while writing
+    need, why = memory_need(runs)
+    assert need == pytest.approx(4.318) and why == "notebook 01's peak in 20261127-010000"
+    memory = next(c for c in check_resources(tmp_path) if c.name == "memory")
+    assert "the series needs 4.3 GB: notebook 01's peak in 20261127-010000" in memory.detail

@@ -18,7 +18,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from mgtutor.classroom import lessons, run_page, runner
-from mgtutor.records import MIME_TYPE
+from mgtutor.support.records import MIME_TYPE
 from tests.conftest import ROOT
 
 # A 1x1 PNG: the HTML rendering must embed images (the series' plots) in the page itself.
@@ -259,14 +259,14 @@ def test_the_series_budgets_the_capstone_unless_told_otherwise():
     without = {nb: params for nb, params in lessons_found.items() if "MINUTES" not in params}
     assert runner.series_overrides({}, without) == {}  # a series without the capstone is not refused
     plan = lessons.check_overrides(runner.series_overrides({}, lessons_found), lessons_found)
-    assert {nb.stem: p for nb, p in plan.items() if p} == {"13_capstone": {"MINUTES": 2}}
+    assert {nb.stem: p for nb, p in plan.items() if p} == {"16_capstone": {"MINUTES": 2}}
 
 
 def test_make_capstone_runs_it_whole_unless_given_a_budget():
     alone = _make("-n", "capstone", "EPOCHS=8")
     assert alone.returncode == 0, alone.stderr
     assert _runner_parameters(alone.stdout) == {"EPOCHS": "8", "MINUTES": "None"}
-    assert "--only 13" in alone.stdout
+    assert "--only 16" in alone.stdout
     assert _runner_parameters(_make("-n", "capstone", "MINUTES=5").stdout) == {"MINUTES": "5"}
 
 

@@ -205,7 +205,7 @@ def test_a_failing_or_slow_child_is_reported_with_its_last_lines(monkeypatch, tm
     broken, slow = tmp_path / "broken.py", tmp_path / "slow.py"
     broken.write_text("import sys\nsys.exit('ValueError: samples: 40 cannot fill one global batch of 64')\n")
     slow.write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
-    from mgtutor import processes
+    from mgtutor.support import processes
 
     real_run_script = processes.run_script
 

@@ -20,9 +20,9 @@ from mgtutor.data_parallel import mirrored_strategy  # noqa: E402
 from mgtutor.keras2.augment import ImageDataGenerator  # noqa: E402
 from mgtutor.keras2.fit_generator import fit_generator  # noqa: E402
 from mgtutor.keras2.towers import multi_gpu_model  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
 from mgtutor.progress import Throughput  # noqa: E402
 from mgtutor.speed.measure import measure_training  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 
 runs = [
     measure_training(2, model="lenet", pipeline=pipeline, strategy="towers", batch_size_per_replica=8,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from mgtutor import setup_devices
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 setup_devices(2, verbose=False)
 

@@ -29,7 +29,7 @@ parser.add_argument("--accumulation-steps", type=int)  # given: Trainer accumula
 args = parser.parse_args()
 
 import mgtutor  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 from mgtutor.training.trainer import Trainer  # noqa: E402
 from mgtutor.training.worker import multi_worker_strategy, weights_digest, worker_index  # noqa: E402
 

@@ -8,6 +8,7 @@ ROLE is what the test needs from each worker:
   worker 1 waits for that file, then exits 3;
 - ``sleep``: print, then sleep a minute (to be timed out or killed);
 - ``announce_then_sleep``: worker 0 prints a checkpoint line, then every worker sleeps;
+- ``cores``: report the cores this worker may run on and its thread-pool variables (pinning);
 - ``loopback_pair``: worker 0 listens on its ``TF_CONFIG`` port on every interface (as TensorFlow
   does), worker 1 connects to it through ``localhost`` and says hello; each reports its network
   namespace and interfaces.
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 
 INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 role, args = sys.argv[1], sys.argv[2:]
@@ -49,6 +50,10 @@ elif role == "announce_then_sleep":
     if INDEX == 0:
         print("checkpoint saved: step 4", flush=True)
     time.sleep(60)
+elif role == "cores":
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    pools = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+    report_result({"cores": cores, "threads": {name: os.environ.get(name) for name in pools}})
 elif role == "loopback_pair":
     addresses = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]
     ports = [int(address.rsplit(":", 1)[1]) for address in addresses]

@@ -13,7 +13,7 @@ import sys
 import keras
 import numpy as np
 
-from mgtutor.processes import report_result
+from mgtutor.support.processes import report_result
 from mgtutor.training.checkpoints import resume_point
 from mgtutor.training.resume import resumable_fit
 
@@ -36,7 +36,7 @@ def unbuilt_model():
 
 def fit(model, epochs, **kwargs):
     return resumable_fit(model, x, y, checkpoint_dir=CKPT, epochs=epochs, batch_size=8,
-                         save_every_steps=2, seed=3, verbose=0, **kwargs)
+                         checkpoint_every_steps=2, seed=3, verbose=0, **kwargs)
 
 
 model = unbuilt_model()

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from mgtutor.data_parallel import mirrored_strategy  # noqa: E402
 from mgtutor.models import build_seed_cnn  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 from mgtutor.training.checkpoints import resume_point  # noqa: E402
 from mgtutor.training.resume import resumable_fit  # noqa: E402
 
@@ -57,7 +57,7 @@ class PauseForKill(keras.callbacks.Callback):
             time.sleep(300)
 
 
-history = resumable_fit(model, x, y, checkpoint_dir=ckpt, epochs=3, batch_size=32, save_every_steps=2,
+history = resumable_fit(model, x, y, checkpoint_dir=ckpt, epochs=3, batch_size=32, checkpoint_every_steps=2,
                         seed=7, strategy=strategy, callbacks=[PauseForKill()], verbose=0,
                         validation_data=(x_val, y_val))
 np.savez(out + ".npz", *model.get_weights())

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from mgtutor.files import ModelFileError
+from mgtutor.support.files import ModelFileError
 from mgtutor.training import checkpoints
 from tests.conftest import ROOT, run_child
 

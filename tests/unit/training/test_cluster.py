@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgtutor._proctree import processes_in_group
-from mgtutor.processes import RESULT_MARK, parse_result
+from mgtutor.support.processes import RESULT_MARK, parse_result
 from mgtutor.training import netns
 from mgtutor.training.checkpoints import resume_point
 from mgtutor.training.cluster import ClusterError, LocalCluster, free_ports, launch
+from mgtutor.training.proctree import processes_in_group
 
 ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "tests" / "unit" / "training" / "multiworker_job.py"

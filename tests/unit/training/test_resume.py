@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgtutor.processes import parse_result
+from mgtutor.support.processes import parse_result
 from tests.conftest import ROOT, child_env, run_child
 
 # Resumed vs uninterrupted training with op determinism: measured 0.0 for the
@@ -46,7 +46,9 @@ def test_resumable_fit_refuses_bad_arguments_before_any_work(tmp_path):
     cases = [
         (dict(epochs=0), ValueError, "epochs must be a whole number >= 1"),
         (dict(batch_size=2.0), ValueError, "batch_size must be a whole number"),
-        (dict(save_every_steps=0), ValueError, "save_every_steps"),
+        (dict(checkpoint_every_steps=0), ValueError, "checkpoint_every_steps must be a whole number"),
+        # Issue 39: one name in both engines; the old one still works (with a FutureWarning) but not both.
+        (dict(save_every_steps=3, checkpoint_every_steps=2), TypeError, "one option.*old name"),
         (dict(seed=None), ValueError, "seed must be"),
         (dict(shuffle=True), TypeError, "shuffles each epoch itself"),
         (dict(initial_epoch=3), TypeError, "comes from the checkpoint"),
@@ -66,6 +68,9 @@ def test_resumable_fit_refuses_bad_arguments_before_any_work(tmp_path):
         arguments = dict(checkpoint_dir=ckpt, epochs=1, batch_size=2) | change
         with pytest.raises(error, match=pattern):
             resumable_fit(model, x, y, **arguments)
+    with pytest.warns(FutureWarning, match="save_every_steps is now called checkpoint_every_steps"):
+        with pytest.raises(ValueError, match="checkpoint_every_steps must be a whole number"):
+            resumable_fit(model, x, y, checkpoint_dir=ckpt, epochs=1, batch_size=2, save_every_steps=0)
     averaging = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     averaging.compile(optimizer=keras.optimizers.SGD(use_ema=True), loss="mse")
     with pytest.raises(ValueError, match="use_ema=True.*Compile with use_ema=False"):

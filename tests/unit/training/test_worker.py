@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from mgtutor.processes import RESULT_MARK, report_result
+from mgtutor.support.processes import RESULT_MARK, report_result
 from mgtutor.training.worker import tf_config
 
 

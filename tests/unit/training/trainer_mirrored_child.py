@@ -17,7 +17,7 @@ mgtutor.setup_devices(2, verbose=False)
 import keras  # noqa: E402
 
 from mgtutor.data_parallel import copy_model, max_weight_difference, mirrored_strategy  # noqa: E402
-from mgtutor.processes import report_result  # noqa: E402
+from mgtutor.support.processes import report_result  # noqa: E402
 from mgtutor.training.trainer import Trainer  # noqa: E402
 from mgtutor.training.worker import multi_worker_strategy  # noqa: E402
 

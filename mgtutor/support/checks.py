@@ -34,3 +34,19 @@ def check_seed(seed: Any, name: str = "seed") -> int | None:
     if not is_whole(seed) or seed < 0:
         raise ValueError(f"{name} must be None or a whole number >= 0, got {seed!r}; pass e.g. {name}=0.")
     return int(seed)
+
+
+def renamed(options: dict[str, Any], old: str, new: str, value: Any, default: Any) -> Any:
+    """`value` of keyword `new`, or of `old` popped from `options` (its name before), with a warning.
+
+    Both given is refused: the call would say two things. The warning comes once per calling line
+    (Python's default filter), so a lesson or script that used the old name keeps running.
+    """
+    if old not in options:
+        return value
+    if value != default:
+        raise TypeError(f"{old} and {new} are one option ({old} is its old name): pass {new}=... only.")
+    import warnings
+
+    warnings.warn(f"{old} is now called {new}; {old}=... still works, for now.", FutureWarning, stacklevel=3)
+    return options.pop(old)

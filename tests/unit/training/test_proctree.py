@@ -1,4 +1,4 @@
-"""mgtutor._proctree: a process and everything it started, killed; importable without POSIX signals."""
+"""mgtutor.training.proctree: a process and everything it started, killed; needs no POSIX signals."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from mgtutor._proctree import kill_tree, new_group, processes_in_group
+from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
 from tests.conftest import ROOT, run_child
 
 # A child that starts a grandchild, prints its pid, then sleeps: both must go.

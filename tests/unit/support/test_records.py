@@ -1,4 +1,4 @@
-"""mgtutor.records: values recorded in a notebook come back from the executed file."""
+"""mgtutor.support.records: values recorded in a notebook come back from the executed file."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from mgtutor import records
-from mgtutor.records import MIME_TYPE, _jsonable, read_records, record
+from mgtutor.support import records
+from mgtutor.support.records import MIME_TYPE, _jsonable, read_records, record
 
 
 def test_values_become_plain_json():

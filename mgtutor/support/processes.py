@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgtutor._checks import is_real
-from mgtutor._tflog import TF_NOISE
+from mgtutor.support.checks import is_real
+from mgtutor.support.tflog import TF_NOISE
 
 RESULT_MARK = "MGTUTOR_RESULT "
 TAIL_LINES = 60

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mgtutor._session import in_jupyter
+from mgtutor.support.session import in_jupyter
 
 MIME_TYPE = "application/vnd.mgtutor.record+json"
 

@@ -1,10 +1,10 @@
-"""mgtutor.workspace: each notebook writes into work/<notebook>, emptied on a fresh run."""
+"""mgtutor.support.workspace: each notebook writes into work/<notebook>, emptied on a fresh run."""
 
 from __future__ import annotations
 
 import pytest
 
-from mgtutor.workspace import working_folder
+from mgtutor.support.workspace import working_folder
 
 
 def test_fresh_folder_is_emptied_and_kept_otherwise(tmp_path):

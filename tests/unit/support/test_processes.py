@@ -1,4 +1,4 @@
-"""mgtutor.processes: a child script's output reaches the caller, and so does its failure."""
+"""mgtutor.support.processes: a child script's output reaches the caller, and so does its failure."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from mgtutor.processes import ScriptError, report_result, run_script
+from mgtutor.support.processes import ScriptError, report_result, run_script
 
 
 def test_streams_output_drops_tf_noise_and_returns_the_reported_values(tmp_path, capsys):
     script = tmp_path / "child.py"
     script.write_text(
         "import sys\n"
-        "from mgtutor.processes import report_result\n"
+        "from mgtutor.support.processes import report_result\n"
         "print('I0000 00:00:1795361908.774556   10469 cudart_stub.cc:31] Could not find cuda drivers')\n"
         "print('training: epoch 1', sys.argv[1:])\n"
         "report_result({'accuracy': 0.5, 'args': sys.argv[1:]})\n"

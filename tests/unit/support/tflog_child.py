@@ -1,8 +1,8 @@
 """The child program of test_tflog: quiets its fd 2 as `setup_devices` does, then writes to it.
 
-    python tests/unit/tflog_child.py lines        # TF-like and plain lines written with os.write
-    python tests/unit/tflog_child.py tensorflow   # the real thing: setup_devices(2) starts TensorFlow
-    python tests/unit/tflog_child.py keras-first  # `from mgtutor import <a Keras name>` before setup_devices
+    python tests/unit/support/tflog_child.py lines        # TF-like and plain lines written with os.write
+    python tests/unit/support/tflog_child.py tensorflow   # the real thing: setup_devices(2) starts TensorFlow
+    python tests/unit/support/tflog_child.py keras-first  # `from mgtutor import <a Keras name>` first
 
 It prints what it found out as one JSON line on stdout; the test reads its stderr.
 """
@@ -24,7 +24,7 @@ TF_LINES = (
 
 mode = sys.argv[1]
 if mode == "lines":
-    from mgtutor._tflog import quiet_native_stderr, quiet_tensorflow, restore_native_stderr
+    from mgtutor.support.tflog import quiet_native_stderr, quiet_tensorflow, restore_native_stderr
 
     quiet_tensorflow()
     again = quiet_native_stderr()  # a second call changes nothing

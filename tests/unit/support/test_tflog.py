@@ -1,4 +1,4 @@
-"""mgtutor._tflog: TensorFlow's C++ log lines never reach a notebook; everything else does."""
+"""mgtutor.support.tflog: TensorFlow's C++ log lines never reach a notebook; everything else does."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from mgtutor._tflog import TF_NOISE, quiet_python_logs
+from mgtutor.support.tflog import TF_NOISE, quiet_python_logs
 from tests.conftest import ROOT
 
-CHILD = ROOT / "tests" / "unit" / "tflog_child.py"
+CHILD = ROOT / "tests" / "unit" / "support" / "tflog_child.py"
 
 NOISE = [
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from mgtutor._system import pid_alive
+from mgtutor.support.system import pid_alive
 
 _TEMP_MARK = ".tmp-"
 
