@@ -77,15 +77,13 @@ _EXPORTS = {
     "plot_history": "plots",
     "plot_against_baseline": "plots",
     "plot_scaling": "speed.figure",
-    # sharding (JAX): bytes per device, collectives, ZeRO stages, the decision table
+    # sharding on JAX devices: bytes per device, collectives, ZeRO stages, the decision table
     "bytes_per_device": "sharding",
     "compiled_memory": "sharding",
-    "collectives": "sharding",
-    "bytes_moved": "sharding",
+    "bytes_sent": "sharding",
     "memory_formula": "sharding",
     "stage_shardings": "sharding",
     "stage_layout_map": "sharding",
-    "Rates": "sharding",
     "decision_table": "sharding",
 }
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mgtutor._checks import check_whole, is_real
+from mgtutor.support.checks import check_whole, is_real
 
 # What each stage splits over the data axis; the rest is a whole copy on every device. FSDP (PyTorch's
 # name, fully_shard) is ZeRO-3: weights, gradients and optimizer state all split.
@@ -161,6 +161,11 @@ def bytes_moved(found: Iterable[Collective]) -> dict[str, float]:
     return moved
 
 
+def bytes_sent(compiled: Any, n_devices: int | None = None) -> dict[str, float]:
+    """Bytes one device sends per run of `compiled`, by kind of collective (`collectives`, `bytes_moved`)."""
+    return bytes_moved(collectives(compiled, n_devices))
+
+
 # --------------------------------------------------------------------------- on paper
 
 
@@ -266,15 +271,15 @@ def decision_table(
     activation_bytes: float,
     batch: int,
     budget_bytes: float,
-    rates: Mapping[str, Rates],
+    rates: Mapping[str, Rates | Mapping[str, float]],
     *,
     input_bytes: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Per strategy: bytes per device, whether they fit `budget_bytes`, and bytes one device sends per step.
 
     For a model of `parameters` whose examples keep `activation_bytes` each (and take `input_bytes`
-    as input), a global `batch`, from each strategy's measured `rates`. The parts are added, so
-    where the compiler overlaps them the prediction errs on the safe side.
+    as input), a global `batch`, from each strategy's measured `rates` (a `Rates`, or a dict of its
+    fields). The parts are added, so where the compiler overlaps them the prediction errs on the safe side.
     """
     parameters = check_whole("parameters", parameters, 1)
     batch = check_whole("batch", batch, 1)
@@ -283,6 +288,7 @@ def decision_table(
     budget_bytes = _check_bytes("budget_bytes", budget_bytes, 0, strict=True)
     rows = []
     for name, rate in rates.items():
+        rate = rate if isinstance(rate, Rates) else Rates(**rate)
         examples = rate.example_share * (activation_bytes + input_bytes) * batch
         needed = rate.bytes_per_parameter * parameters + examples
         moved = rate.moved_per_parameter * parameters + rate.moved_per_activation * activation_bytes * batch

@@ -13,9 +13,8 @@ reports what it saw with `report_result`; the parent asserts.
 import numpy as np
 
 from mgtutor import (
-    bytes_moved,
     bytes_per_device,
-    collectives,
+    bytes_sent,
     compiled_memory,
     memory_formula,
     report_result,
@@ -78,7 +77,7 @@ def train(stage: str) -> dict:
     return {"after": [np.asarray(w) for w in weights], "formula": memory_formula(stage, shapes, N),
             "measured": {"weights": bytes_per_device(weights), "gradients": bytes_per_device(grads),
                          "optimizer": bytes_per_device(slots)},
-            "arguments": memory.arguments, "peak": memory.peak, "moved": bytes_moved(collectives(compiled))}
+            "arguments": memory.arguments, "peak": memory.peak, "moved": bytes_sent(compiled)}
 
 
 results = {stage: train(stage) for stage in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP")}
@@ -127,7 +126,7 @@ specs = (P(), P(None, "model"), P("model"), P("model", None))
 split_block = jax.jit(jax.shard_map(block, mesh=model_mesh, in_specs=specs, out_specs=P()))
 one = np.asarray(keras.activations.gelu(x[0] @ w1 + b1) @ w2)
 megatron = float(np.abs(np.asarray(split_block(x[0], w1, b1, w2)) - one).max())
-block_moved = bytes_moved(collectives(split_block.lower(x[0], w1, b1, w2).compile()))
+block_moved = bytes_sent(split_block.lower(x[0], w1, b1, w2).compile())
 
 report_result({"stages": stages, "moved": moved, "layout_map_as_jax": as_jax,
                "layout_map_bytes": layout_bytes, "refusals": refusals, "megatron": megatron,

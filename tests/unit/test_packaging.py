@@ -40,8 +40,9 @@ def test_every_public_name_resolves():
 def test_the_public_api_is_small_and_the_readme_lists_it():
     # Issue 15: at most 50 names, each listed once in the README's "Public API" section, so
     # a newcomer sees the whole surface in one place; everything else is internal. Issue 24 adds
-    # lesson_plan, the check every notebook's first cell makes (notebooks import only public names).
-    assert len(mgtutor.__all__) <= 51
+    # lesson_plan, the check every notebook's first cell makes (notebooks import only public names);
+    # issue 42 adds lesson 13's seven sharding counts.
+    assert len(mgtutor.__all__) <= 58
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Public API", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"`(\w+)`", section)
