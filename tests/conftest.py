@@ -46,6 +46,8 @@ SECONDS = {
     "solution_on_real_data[03": 8, "saved_on_1_device_loads_on_4": 8, "mirrored_strategy_matches_keras": 7,
     "isolated_workers_listen_on_no_port": 12, "lesson_offline_then_again_on_the_real_data[13": 120,
     "solution_on_real_data[13": 40, "every_stage_trains_like_data_parallelism": 45,
+    "lesson_offline_then_again_on_the_real_data[14": 90,
+    "solution_on_real_data[14": 30,
 }  # fmt: skip
 
 

@@ -26,6 +26,13 @@ MODULES = {
         "mgtutor/prepare.py",
         "Preparing arrays for training: scaled pixels, one-hot labels, a tf.data pipeline (lesson 01).",
     ),
+    "notebooks/14_pinned_workers.ipynb": (
+        "mgtutor/speed/link.py",
+        "The link between devices, measured (lesson 14): an all-reduce's time fitted as latency alpha\n"
+        "+ bytes / bandwidth beta, each point weighted by 1 / its time (a fit of the relative error), and\n"
+        "lesson 11's ring all-reduce on that link, (N - 1) alpha + 2(N - 1)/N bytes / beta, which is alpha\n"
+        "+ bytes / beta for the 2 workers it was measured on. `benchmarks/bench_workers.py` uses both.",
+    ),
     "notebooks/11_where_time_goes.ipynb": (
         "mgtutor/training/accumulation.py",
         "Gradient accumulation for `Trainer`: one optimizer update, so one all-reduce, per k batches\n"

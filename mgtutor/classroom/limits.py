@@ -9,11 +9,13 @@ checks every lesson with it before the first one starts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mgtutor.support.checks import is_real, is_whole
+from mgtutor.training.pinning import usable_cores
 
 Plan = dict[str, Any]
 _RULES: dict[str, Callable[[Mapping[str, Any], list[str]], Plan]] = {}
@@ -239,6 +241,50 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
     if name in p and not (is_real(value) and low <= value and (high is None or value < high)):
         upper = "" if high is None else f" and < {high}"
         problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
+
+
+def _worker_counts(p: Mapping[str, Any], per_worker: int, problems: list[str]) -> list[int]:
+    """WORKER_COUNTS checked against the cores this process may use; None: 1, 2, 4, ... as they allow."""
+    cores, counts = len(usable_cores()), p.get("WORKER_COUNTS")
+    if counts is None:
+        counts = [2**k for k in range(cores.bit_length()) if 2**k * per_worker <= cores]
+    elif not (isinstance(counts, list | tuple) and counts and all(is_whole(n) and n >= 1 for n in counts)
+              and list(counts) == sorted(set(counts)) and counts[0] == 1):  # fmt: skip
+        problems.append(f"WORKER_COUNTS must be None or an increasing list of worker counts starting at 1 "
+                        f"(the baseline), e.g. [1, 2], got {counts!r}.")  # fmt: skip
+        return []
+    if len(counts) < 2 or max(counts) * per_worker > cores:
+        workers = max(2, max(counts))
+        problems.append(f"{workers} workers x CORES_PER_WORKER={per_worker} need {workers * per_worker} "
+                        "cores, "
+                        f"but this process may use {cores} (os.sched_getaffinity(0)); the lesson compares 1 "
+                        "worker with more: lower WORKER_COUNTS or CORES_PER_WORKER, or use more cores.")
+        return []
+    return [int(n) for n in counts]
+
+
+@_lesson("14_pinned_workers")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    per_worker = _whole(p, "CORES_PER_WORKER", 1, "cores each worker owns", problems)
+    counts = _worker_counts(p, int(p["CORES_PER_WORKER"]), problems) if per_worker else []
+    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES", "EPOCHS", "BATCH_SIZE_PER_REPLICA"):
+        _whole(p, name, 1, "a count", problems)
+    _whole(p, "BENCH_STEPS", 1, "steps per timed block", problems)
+    _whole(p, "REPEATS", 2, "timed blocks: two at least, for a spread", problems)
+    _whole(p, "LINK_MAX_MB", 1, "the largest all-reduce, from 4 KB up", problems)
+    _within(p, "TARGET_ACCURACY", 0.0, 1.0, problems)
+    if _whole(p, "GLOBAL_BATCH", 1, "images per step in strong scaling", problems) and counts:
+        uneven = [n for n in counts if p["GLOBAL_BATCH"] % n]
+        if uneven:
+            problems.append(f"GLOBAL_BATCH={p['GLOBAL_BATCH']} must split evenly over every worker "
+                            f"count {counts} (not over {uneven}): use a multiple of {math.lcm(*counts)}.")
+        elif is_whole(p.get("TRAIN_SAMPLES")):
+            _at_least(int(p["TRAIN_SAMPLES"]), int(p["GLOBAL_BATCH"]), f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} "
+                      "is too few: training to accuracy needs one global batch (GLOBAL_BATCH), TRAIN_SAMPLES "
+                      ">= {needed}.", problems)  # fmt: skip
+    largest = 2**20 * int(p["LINK_MAX_MB"]) if is_whole(p.get("LINK_MAX_MB")) else 0
+    sizes = [4096 * 4**k for k in range(12) if 4096 * 4**k <= largest] or [4096]
+    return {"worker_counts": counts, "link_sizes": sizes}
 
 
 @_lesson("16_capstone")

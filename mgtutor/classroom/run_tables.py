@@ -180,6 +180,76 @@ def _epoch_minutes(per_side: dict[str, float]) -> str:
     return " An epoch took (median, its test included) " + ", ".join(parts) + "."
 
 
+def _lesson_14(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's lesson 14 entry, with its effective parameters, when it ran; else None."""
+    for entry in summary["notebooks"]:
+        if entry["notebook"].startswith("14_") and "scaling" in entry.get("records", {}):
+            return entry
+    return None
+
+
+def _versus(rate: float, rates: Sequence[float], base: float, bases: Sequence[float]) -> str:
+    """'1.70 (1.61-1.78)': the median ratio, bounded by both ranges, as the lessons read it."""
+    low, high = rates[0] / bases[1], rates[1] / bases[0]
+    reading = "faster" if low > 1 else "slower" if high < 1 else "within the spread"
+    return f"{rate / base:.2f} ({low:.2f}-{high:.2f}), {reading}"
+
+
+def _rate(rate: float, bounds: Sequence[float]) -> str:
+    return f"{rate:,.0f} ({bounds[0]:,.0f}-{bounds[1]:,.0f})"
+
+
+def _worker_rows(r: dict[str, Any]) -> tuple[list[list[str]], int]:
+    """The speed table's rows (1 worker, each other count strong and weak, 1 process) and the most workers."""
+    scaling, base = r["scaling"], r["baseline"]
+    one = scaling["strong 1"]
+    rows = [["1 worker x 1 core", str(one["batch"]), _rate(one["rate"], one["range"]), "1.00"]]
+    for key, row in scaling.items():
+        mode, n = key.split()
+        if n != "1":
+            rows.append([f"{n} workers x 1 core, {mode}", str(row["batch"]), _rate(row["rate"], row["range"]),
+                         _versus(row["rate"], row["range"], one["rate"], one["range"])])  # fmt: skip
+    most = max(int(key.split()[1]) for key in scaling)
+    process, bounds = base["process"], base["process_range"]
+    rows.append([f"1 process x {most} cores", str(one["batch"]), _rate(process, bounds),
+                 _versus(process, bounds, one["rate"], one["range"])])  # fmt: skip
+    return rows, most
+
+
+def pinned_workers(summary: dict[str, Any]) -> str:
+    """Lesson 14: pinned workers' speed-up, the one-process baseline, the link and the predicted step."""
+    entry = _lesson_14(summary)
+    if entry is None:
+        raise ValueError("the run holds no lesson 14: use `make run` (or `make run RUN_ARGS='--only 14'`).")
+    r, p = entry["records"], {**entry.get("defaults", {}), **entry.get("parameters", {})}
+    rows, most = _worker_rows(r)
+    base, link, logical, overlap = r["baseline"], r["link"], r["logical_link"], r["overlap"]
+    ratio, low, high = base["workers_vs_process"]
+    predicted = r["prediction"][str(most)]
+    reached = ", ".join(f"{name} {minutes:.2f} min" if minutes else f"{name} not reached"
+                        for name, minutes in r["minutes_to_target"].items())  # fmt: skip
+    header = ["configuration", "global batch", "images/s, median (range)", "over 1 worker x 1 core (bounds)"]
+    return (
+        f"Measured by {_run_line(summary)}: lesson 14 at its parameters ({p.get('REPEATS')} blocks of "
+        f"{p.get('BENCH_STEPS')} steps per configuration, each job's processes pinned to their cores; the "
+        f"seed CNN).\n\n{_table(header, rows)}\n\n{most} one-core workers / 1 process with {most} cores at "
+        f"the same global batch: {ratio:.2f} ({low:.2f}-{high:.2f}). Why, in the lesson's numbers: one core "
+        f"trains the smaller slice at x{base['slice_efficiency']:.2f} its rate at the whole batch, the "
+        f"all-reduce takes {base['sync_share']:.0%} of the workers' step, and the process's threads give "
+        f"x{base['threads_gain']:.2f} one core's rate.\n\nThe link between the {most} workers (all-reduces "
+        f"of {link['sizes'][0] // 1024} KB to {link['sizes'][-1] // 2**20} MB, fitted as alpha + bytes / "
+        f"beta): alpha {1e6 * link['alpha']:.0f} us, beta {link['beta'] / 1e9:.2f} GB/s; between {most} "
+        f"logical devices in one process: alpha {1e6 * logical['alpha']:.0f} us, beta "
+        f"{logical['beta'] / 1e9:.2f} GB/s. Lesson 11's ring model, fed that link and one worker's compute "
+        f"({1000 * predicted['compute']:.1f} ms), predicts a {most}-worker step of "
+        f"{1000 * predicted['predicted']:.1f} ms; measured {1000 * predicted['measured']:.1f} ms "
+        f"({1000 * predicted['range'][0]:.1f}-{1000 * predicted['range'][1]:.1f}), an error of "
+        f"{predicted['error']:+.0%}. Compute + all-reduce - step = {1000 * overlap['hidden']:+.1f} ms, "
+        f"against {1000 * overlap['room']:.1f} ms of spread in the three. Minutes to a test accuracy of "
+        f"{p.get('TARGET_ACCURACY')}: {reached}."
+    )
+
+
 def teachers_learners(summary: dict[str, Any]) -> str:
     """Every lesson's figures that learners should see, from the run's records."""
     return learners_block(summary, _run_line(summary))
@@ -190,12 +260,14 @@ GENERATORS: dict[str, Callable[[dict], str]] = {
     "memory": teachers_memory,
     "learners": teachers_learners,
     "capstone": capstone_curve,
+    "workers": pinned_workers,
 }
 TARGETS = {
     "results": ("README.md",),
     "memory": ("docs/teachers.md",),
     "learners": ("docs/teachers.md",),
     "capstone": ("README.md", "docs/teachers.md"),
+    "workers": ("README.md", "docs/teachers.md"),
 }
 SERIES_BLOCKS = ("results", "memory", "learners")
 
@@ -205,9 +277,12 @@ def _blocks_for(summary: dict[str, Any]) -> list[str]:
     names = [n for n in SERIES_BLOCKS if any(e["notebook"].startswith("02_") for e in summary["notebooks"])]
     if _whole_capstone(summary) is not None:
         names.append("capstone")
+    if _lesson_14(summary) is not None:
+        names.append("workers")
     if not names:
         raise ValueError(
-            "the run holds neither the series (`make run`) nor the whole capstone (`make capstone`)."
+            "the run holds neither the series (`make run`), nor the whole capstone (`make capstone`), nor "
+            "lesson 14."
         )
     return names
 

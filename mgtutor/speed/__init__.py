@@ -4,4 +4,6 @@
 - `measure`: throughput measured in this process (the study's child, the input pipeline alone).
 - `reading`: what the runs say (speed-up, efficiency, the bottleneck); plain arithmetic.
 - `figure`: `plot_scaling`, a reading drawn as it is; `amdahl`: `projected_scaling` for real GPUs.
+- `link`: lesson 14's link between pinned workers, fitted as latency + bytes / bandwidth, and the step
+  lesson 11's ring model predicts from it.
 """

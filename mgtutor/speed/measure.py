@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from mgtutor.support.checks import check_whole
@@ -88,6 +88,7 @@ class Run:
     cpu_count: int | None = None
     cpu_affinity: int | None = None
     platform: str = ""
+    cpu: dict = field(default_factory=dict)  # the CPU's model and features (support.system.cpu)
     python: str = ""
     tensorflow: str = ""
     keras: str = ""

@@ -29,6 +29,7 @@ import pytest
 from mgtutor.capstone import epoch_sides
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
 from mgtutor.support.records import read_records
+from mgtutor.training import pinning
 from mgtutor.training.netns import availability
 from tests.conftest import ROOT
 from tests.notebooks.noise import noise_in
@@ -88,6 +89,11 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     # 3 epochs of 16 steps of 64 on 2 devices (offline: a budget of 6 s, see OFFLINE_ONLY), 256 test images;
     # XLA at its default: off on 2 devices (XLA=True is refused there; its one-device step is unit-tested).
     # 1,000 images: 16 whole batches of 64 an epoch from the endless stream (the 16th reaches past 1,000).
+    # Workers 1 and 2 (and 1 process with both cores) time 2 blocks of 2 steps at 64 images; the link
+    # 4 KB to 4 MB; 2 epochs of 8 steps to accuracy, so that each curve has two points.
+    "14_pinned_workers": {"GLOBAL_BATCH": 64, "BENCH_STEPS": 2, "REPEATS": 2, "LINK_MAX_MB": 4,
+                          "TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
+    "14_pinned_workers_solutions": {"BENCH_STEPS": 2, "REPEATS": 2},
     "16_capstone": {"TRAIN_SAMPLES": 1000, "TEST_SAMPLES": 256, "EPOCHS": 3, "FULL_SIZE_EPOCHS": 1,
                     "SMALL_SIZES": [16, 24], "BATCH_SIZE": 64},  # epoch 1 at 16x16, 2 at 24x24, 3 full size
     "16_capstone_solutions": {"BATCH_SIZE": 64, "TIMED_STEPS": 2},
@@ -528,6 +534,90 @@ def _(records: dict, p: dict) -> None:
     every_round = final[f"average every {min(p['FREQUENCIES'])}"]
     assert abs(every_round - final["all-reduce (MirroredStrategy)"]) < 0.02  # the same algorithm
     assert all(seconds > 0 for seconds in records["seconds"].values())
+
+
+@checks("14_pinned_workers")
+def _(records: dict, p: dict) -> None:
+    from mgtutor.speed.link import fit_link, ring_seconds
+
+    cores = pinning.usable_cores()
+    assert records["usable_cores"] == len(cores) >= 2
+    # Each worker ran on its own core (the process on both), with thread pools of its size.
+    assert records["job_cores"] == {"1 x 1 core": [[cores[0]]], "2 x 1 core": [[cores[0]], [cores[1]]],
+                                    "1 x 2 cores": [cores[:2]]}  # fmt: skip
+    assert records["job_threads"] == {"1 x 1 core": ["1"], "2 x 1 core": ["1", "1"], "1 x 2 cores": ["2"]}
+    assert all(records["digests_identical"].values())  # the workers of a job end with identical weights
+    scaling = records["scaling"]
+    assert sorted(scaling) == ["strong 1", "strong 2", "weak 1", "weak 2"]
+    assert [scaling[f"strong {n}"]["batch"] for n in (1, 2)] == [p["GLOBAL_BATCH"]] * 2
+    per_worker = p["BATCH_SIZE_PER_REPLICA"]
+    assert [scaling[f"weak {n}"]["batch"] for n in (1, 2)] == [per_worker, 2 * per_worker]
+    for key, row in scaling.items():  # speed is never asserted: only that each figure is read consistently
+        assert row["low"] <= row["speedup"] <= row["high"] and row["rate"] > 0
+        assert row["range"][0] <= row["rate"] <= row["range"][1]
+        assert row["efficiency"] == pytest.approx(row["speedup"] / int(key.split()[1]))
+    assert scaling["strong 1"]["speedup"] == 1.0 and scaling["weak 1"]["speedup"] == 1.0
+    low, speedup, high = sorted(records["logical_speedup"])
+    assert speedup == records["logical_speedup"][0]
+    baseline = records["baseline"]
+    assert all(baseline[k] > 0 for k in ("workers", "process", "slice_efficiency", "sync_share"))
+    assert baseline["threads_gain"] > 0
+    assert baseline["workers"] == scaling["strong 2"]["rate"]
+    ratio, low, high = baseline["workers_vs_process"]
+    assert low <= ratio <= high
+    # The link: the lesson's fit is the package's fit, latency and bandwidth positive.
+    link, logical = records["link"], records["logical_link"]
+    assert link["sizes"] == [4096 * 4**k for k in range(6)] and all(s > 0 for s in link["seconds"])
+    for fitted, seconds in ((link, link["seconds"]), (logical, logical["seconds"])):  # generated package copy
+        assert (fitted["alpha"], fitted["beta"]) == pytest.approx(fit_link(link["sizes"], seconds), rel=1e-9)
+    assert link["alpha"] > 0 and link["beta"] > 0
+    step_checks(records, link, ring_seconds, p["TARGET_ACCURACY"])
+
+
+def step_checks(records: dict, link: dict, ring_seconds, target: float) -> None:
+    """Lesson 14's prediction, overlap, trace and training, read from its records."""
+    gradient = records["gradient_bytes"]
+    assert gradient == 4 * 1_250_858  # the seed CNN's trainable float32 numbers
+    predicted = records["prediction"]["2"]
+    assert predicted["ring"] == pytest.approx(ring_seconds(link["alpha"], link["beta"], gradient, 2))
+    assert predicted["predicted"] == pytest.approx(predicted["compute"] + predicted["ring"])
+    assert predicted["error"] == pytest.approx(predicted["predicted"] / predicted["measured"] - 1)
+    assert predicted["range"][0] <= predicted["measured"] <= predicted["range"][1]
+    overlap = records["overlap"]
+    parts = overlap["parts"]
+    assert overlap["hidden"] == pytest.approx(parts["compute"] + parts["sync"] - parts["step"])
+    assert overlap["room"] >= 0 and all(parts[k] > 0 for k in ("compute", "sync", "step"))
+    trace = records["trace"]
+    for worker in trace["workers"].values():
+        assert worker["forward"] > 0 and worker["backward"] > 0 and worker["update"] > 0
+        # Keras all-reduces every gradient at once: its all-reduce starts after its backward pass ends.
+        assert worker["all-reduce starts"] >= worker["backward ends"] - 1e-4
+        assert worker["all-reduce ends"] > worker["all-reduce starts"]
+    assert sorted(trace["workers"]) == ["0", "1"] and trace["transfer"] > 0
+    assert trace["link_model"] == pytest.approx(link["alpha"] + gradient / link["beta"])
+    curves, reached = records["curves"], records["minutes_to_target"]
+    assert sorted(curves) == ["1 x 1 core", "1 x 2 cores", "2 x 1 core"] and sorted(reached) == sorted(curves)
+    for name, curve in curves.items():
+        assert len(curve["accuracy"]) == len(curve["seconds"]) == 2
+        assert sorted(curve["seconds"]) == curve["seconds"]
+        learnt({"synthetic": records["synthetic"], name: curve["accuracy"][-1]}, name)
+        pairs = zip(curve["seconds"], curve["accuracy"], strict=True)
+        first = next((s / 60 for s, a in pairs if a >= target), None)
+        assert reached[name] == (pytest.approx(first) if first else None)
+
+
+@checks("14_pinned_workers_solutions")
+def _(records: dict, p: dict) -> None:
+    small = records["small_batch"]
+    for batch in ("64", "128"):
+        row = small[batch]
+        assert row["low"] <= row["speedup"] <= row["high"] and 0 < row["sync_share"] < 1
+    assert records["crossover_bytes"] > 0 and records["crossover_bytes"] == pytest.approx(
+        records["beta"] * (records["compute"] - records["alpha"]))
+    if records["cores"] < 4:  # 2 workers of 2 cores each
+        assert f"need 4 cores, but this process may use {records['cores']}" in records["refusal"]
+    else:
+        assert records["refusal"] is None
 
 
 @checks("16_capstone")
