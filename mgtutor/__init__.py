@@ -78,6 +78,14 @@ _EXPORTS = {
     "plot_history": "plots",
     "plot_against_baseline": "plots",
     "plot_scaling": "speed.figure",
+    # sharding on JAX devices: bytes per device, collectives, ZeRO stages, the decision table
+    "bytes_per_device": "sharding",
+    "compiled_memory": "sharding",
+    "bytes_sent": "sharding",
+    "memory_formula": "sharding",
+    "stage_shardings": "sharding",
+    "stage_layout_map": "sharding",
+    "decision_table": "sharding",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -44,7 +44,9 @@ SECONDS = {
     "lesson_offline_then_again_on_the_real_data[02": 13, "solution_on_real_data[04": 12,
     "solution_on_real_data[02": 10, "two_workers_train_identical": 9, "cli_study_on_one_and_two": 9,
     "solution_on_real_data[03": 8, "saved_on_1_device_loads_on_4": 8, "mirrored_strategy_matches_keras": 7,
-    "isolated_workers_listen_on_no_port": 12, "lesson_offline_then_again_on_the_real_data[14": 90,
+    "isolated_workers_listen_on_no_port": 12, "lesson_offline_then_again_on_the_real_data[13": 120,
+    "solution_on_real_data[13": 40, "every_stage_trains_like_data_parallelism": 45,
+    "lesson_offline_then_again_on_the_real_data[14": 90,
     "solution_on_real_data[14": 30,
     # Lesson 15 starts 4 multi-worker jobs and 2 children per run, twice (estimated on a busy machine).
     "lesson_offline_then_again_on_the_real_data[15": 150, "solution_on_real_data[15": 60,

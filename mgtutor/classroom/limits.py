@@ -376,6 +376,50 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {}
 
 
+_IMAGE_VALUES = 32 * 32 * 3  # the MLP's input: a flattened CIFAR-10 image
+
+
+@_lesson("13_sharding")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    devices = _whole(p, "N_DEVICES", 2, "the stages split arrays over the devices, so at least two", problems)
+    for name, why in (("TRAIN_SAMPLES", "a count"), ("PARITY_STEPS", "training steps compared"),
+                      ("REMAT_DEPTH", "hidden layers"), ("REMAT_WIDTH", "units per layer"),
+                      ("REMAT_BATCH", "images per step")):  # fmt: skip
+        _whole(p, name, 1, why, problems)
+    _whole(p, "REPEATS", 2, "the spread needs at least two timed steps", problems)
+    for name in ("LEARNING_RATE", "BUDGET_MIB"):
+        if not (is_real(p.get(name)) and p[name] > 0):
+            problems.append(f"{name} must be a number > 0, got {p.get(name)!r}.")
+    tp = _whole(p, "TP_DEVICES", 1, "devices on the 2-D mesh's model axis", problems)
+    if not devices:
+        return {}
+    n = int(p["N_DEVICES"])
+    if _IMAGE_VALUES % n:
+        problems.append(f"N_DEVICES={n} must divide the {_IMAGE_VALUES:,} values of an image (the first "
+                        "kernel's rows are split in N_DEVICES): use e.g. 2, 4, 6 or 8.")  # fmt: skip
+    if tp and n % p["TP_DEVICES"]:
+        problems.append(f"TP_DEVICES={p['TP_DEVICES']} must divide N_DEVICES={n}: the 2-D mesh is "
+                        "(N_DEVICES / TP_DEVICES) x TP_DEVICES.")  # fmt: skip
+    step = n  # TP_DEVICES divides N_DEVICES: a width that splits in N splits in TP_DEVICES
+    widths = p.get("WIDTHS")
+    if not (isinstance(widths, list | tuple) and widths and all(is_whole(w) and w >= 1 for w in widths)):
+        problems.append(f"WIDTHS must be a list of hidden widths, e.g. [512, 2048, 3072], got {widths!r}.")
+        widths = []
+    for name, width in [("WIDTH", p.get("WIDTH")), *((f"WIDTHS[{i}]", w) for i, w in enumerate(widths))]:
+        if not (is_whole(width) and width >= step and width % step == 0):
+            problems.append(f"{name}={width!r} must be a multiple of {step}: N_DEVICES and TP_DEVICES "
+                            "split its units.")  # fmt: skip
+    for name in ("GLOBAL_BATCH", "TABLE_BATCH"):
+        if _whole(p, name, n, f"images per step, split over N_DEVICES={n}", problems) and p[name] % n:
+            problems.append(f"{name}={p[name]} must split evenly over N_DEVICES={n}: use a multiple of it.")
+    if all(is_whole(p.get(k)) for k in ("GLOBAL_BATCH", "PARITY_STEPS", "TRAIN_SAMPLES")):
+        needed = int(p["GLOBAL_BATCH"]) * int(p["PARITY_STEPS"])
+        _at_least(int(p["TRAIN_SAMPLES"]), needed, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: "
+                  f"PARITY_STEPS={p['PARITY_STEPS']} distinct batches of GLOBAL_BATCH={p['GLOBAL_BATCH']} "
+                  "need TRAIN_SAMPLES >= {needed}.", problems)  # fmt: skip
+    return {}
+
+
 def lesson_plan(lesson: str, parameters: Mapping[str, Any]) -> Plan:
     """The step counts `lesson` derives from `parameters`; a ValueError naming every value it cannot take.
 

@@ -43,7 +43,8 @@ def test_the_public_api_is_what_the_lessons_use_and_the_readme_lists_it():
     # rule is that the public API is what the lessons use. Every public name is imported by a notebook
     # (or is an error a user catches), each is listed once in the README's "Public API" section, so a
     # newcomer sees the whole surface in one place; everything else is internal. Issue 41 adds doctor,
-    # the check a learner runs on a broken worker script (lesson 15).
+    # the check a learner runs on a broken worker script (lesson 15); issue 42
+    # added lesson 13's seven sharding counts.
     code = ""
     for notebook in sorted((ROOT / "notebooks").rglob("*.ipynb")):
         cells = json.loads(notebook.read_text())["cells"]
