@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import shutil
-import warnings
 import weakref
 import zlib
 from collections.abc import Callable
