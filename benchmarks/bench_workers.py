@@ -51,13 +51,14 @@ def write_worker(folder: Path) -> Path:
 def save_networks(names: list[str], folder: Path, args: argparse.Namespace) -> dict[str, tuple[Path, int]]:
     """Each network's starting weights as a .keras file (every job loads it), and its gradient's bytes."""
     from mgtutor import build_model, load_dataset, save_model
-    from mgtutor.capstone import build_capstone_cnn
+    from mgtutor.capstone import build_capstone_cnn, whitening_filters
 
     data = load_dataset("cifar10", args.data_path, seed=args.seed).subset(2000, 1, seed=args.seed)
     (x, _), _ = data.prepared(standardize=True)
     files = {}
     for name in names:
-        model = (build_capstone_cnn((32, 32, 3), 10, whiten_with=x, seed=args.seed) if name == "capstone_cnn"
+        model = (build_capstone_cnn((32, 32, 3), 10, whitening=whitening_filters(x), seed=args.seed)
+                 if name == "capstone_cnn"
                  else build_model(name, (32, 32, 3), 10, seed=args.seed))  # fmt: skip
         files[name] = (
             folder / f"{name}.keras",
@@ -114,7 +115,7 @@ def launch_retrying(worker: Path, n: int, settings: dict, cores: int, args: argp
     sometimes aborts a worker with "free(): invalid pointer" (SIGABRT); cf. tensorflow#41113.
     """
     from mgtutor import launch
-    from mgtutor.training.cluster import ClusterError
+    from mgtutor.training.job_result import ClusterError
 
     for attempt in (1, 2):
         try:
