@@ -56,11 +56,12 @@ def training_stream(images: np.ndarray, labels, batch_size: int, statistics, *, 
         x = standardize(flip_and_crop(x, flip), statistics)
         side = side_of_epoch[tf.minimum(index // steps, len(sides))]  # this batch's epoch's side
         return tf.cond(side != full, lambda: tf.image.resize(x, [side, side], antialias=True), lambda: x), y
-
-    # Endless (repeat), so every batch is whole: fit takes steps_per_epoch of them an epoch. A resumed run's
-    # stream counts its batches on from its first epoch.
+    # Endless (repeat), so every batch is whole: fit takes steps_per_epoch of them an epoch; a resumed run's
+    # stream counts on from its first epoch. No autotuner: a stream dropped mid-way waits for its next round.
     dataset = dataset.repeat().batch(batch_size).enumerate(first_epoch * steps)
-    return dataset.map(augment_batch, num_parallel_calls=2).prefetch(2)
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.map(augment_batch, num_parallel_calls=2).prefetch(2).with_options(options)
 
 
 def evaluation_stream(images: np.ndarray, labels, batch_size: int, statistics) -> tf.data.Dataset:
@@ -196,7 +197,7 @@ class TimeToAccuracy(keras.callbacks.Callback):
         super().__init__()
         self.path = path
         self.curve = (json.loads(path.read_text()) if path.exists() else [])[:finished]  # fit goes on here
-        self.started = None
+        self.started = self.last_test = None
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.started is None:  # minutes already trained before a restart carry over
@@ -205,6 +206,7 @@ class TimeToAccuracy(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         minutes = (time.perf_counter() - self.started) / 60
         self.curve.append({"epoch": epoch + 1, "minutes": minutes, "accuracy": float(logs["val_accuracy"])})
+        self.last_test = time.perf_counter()  # when this epoch's test ended
         self.path.with_suffix(".tmp").write_text(json.dumps(self.curve))
         self.path.with_suffix(".tmp").replace(self.path)  # atomically: a kill never leaves half a file
 

@@ -658,6 +658,7 @@ def _(records: dict, p: dict) -> None:
         # The plan fits the budget, unless even one batch an epoch does not (a tiny budget's timing alone)
         assert budget["predicted_minutes"] <= p["MINUTES"] or images == p["BATCH_SIZE"]
         assert records["budget_used"]["minutes"] > records["budget_used"]["training"] > 0
+    assert records["after_last_test_seconds"] >= 0  # fit's return, never before its last test
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
     # epoch by epoch, from the stream itself: the package's rule (unit-tested) gives the same sides
@@ -1105,13 +1106,14 @@ def _(records: dict, p: dict) -> None:
     assert set(headroom) == {"in_memory", "flow"}
     for by_count in headroom.values():
         assert sorted(by_count) == sorted(str(n) for n in p["DEVICE_COUNTS"])
-        assert all(h > 1 for h in by_count.values())  # on this CPU even the generator keeps ahead
+        assert all(h > 0 for h in by_count.values())  # a ratio of two timings: its size is the CPU's
     accuracy = records["lr_rules"]
     assert set(accuracy) == {"1 device", "linear rule", "square-root rule"}
     for name, value in accuracy.items():
         learnt({"synthetic": records["synthetic"], name: value}, name, floor=0.0)
     small, large = (records["batch_breakdown"][str(b)] for b in (p["GLOBAL_BATCH"], 2 * p["GLOBAL_BATCH"]))
-    assert large["compute"] > small["compute"] > 0 and small["sync"] > 0 and large["sync"] > 0
+    # timings of two steps each: which batch computes longer is what the reader's run prints, not a law
+    assert all(parts[name] > 0 for parts in (small, large) for name in ("compute", "sync", "step"))
     for parts in (small, large):
         assert 0 < parts["compute_fraction"] <= 1 and 1 <= parts["amdahl_4"] <= 4
 

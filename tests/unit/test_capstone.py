@@ -142,6 +142,7 @@ def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once
                          for i, c in zip(order, cut, strict=True)])  # fmt: skip
     first[order[:1000]], second[order[1000:2000]] = mirrored[:1000], mirrored[1000:2000]
     assert 400 < np.sum(first == second) < 600  # random flips: about half the images the same way twice
+    assert stream.options().autotune.enabled is False  # no autotuner for a dropped iterator to wait on
     tested = list(evaluation_stream(images, labels, 64, statistics))
     assert [len(x) for x, _ in tested] == [64] * 15 + [40]  # the test set once, in order
     np.testing.assert_allclose(np.asarray(tested[0][0]), (images[:64] - 127.5) / 64.0, rtol=1e-6)
@@ -304,3 +305,4 @@ def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
     model.fit(x, y, epochs=3, initial_epoch=2, validation_data=(x, y), verbose=0, callbacks=[again])
     assert [p["epoch"] for p in again.curve] == [1, 2, 3]
     assert again.curve[2]["minutes"] > first.curve[1]["minutes"]  # minutes carried over the restart
+    assert again.last_test is not None and again.last_test >= again.started  # when its last test ended
