@@ -63,6 +63,16 @@ class RunLock:
             self.handle = None
 
 
+def command_text(argv: list[str], limit: int = 200) -> str:
+    """The command as a reader recognises it: file names without their folders, cut at a word with "…"."""
+    words = [os.path.basename(sys.executable), *(os.path.basename(a) for a in argv[:1]), *argv[1:]]
+    text = " ".join(word for word in words if word)
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit] + " …"
+
+
 def _owner_text(owner: dict[str, Any]) -> str:
     return (
         f"process {owner.get('pid', '?')} on {owner.get('host', '?')}, started {owner.get('started', '?')}: "
@@ -143,7 +153,7 @@ def take(folder: Path, who: str) -> RunLock:
     handle.seek(0)
     handle.truncate()
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-             "command": " ".join([os.path.basename(sys.executable), *sys.argv])[:200]}  # fmt: skip
+             "command": command_text(sys.argv)}  # fmt: skip
     handle.write(json.dumps(owner))
     handle.flush()
     return RunLock(path, previous, handle)

@@ -68,3 +68,11 @@ def test_a_killed_runs_lock_does_not_block_a_restart_which_says_whose_it_was(tmp
         assert "takes the folder over" in note
     finally:
         lock.release()
+
+
+def test_the_owners_command_names_its_files_without_folders_and_is_cut_at_a_word():
+    short = runlock.command_text(["/home/someone/course/work/worker.py", "--fast"])
+    assert short == f"{runlock.os.path.basename(sys.executable)} worker.py --fast"
+    long = runlock.command_text(["/tmp/x/train.py", json.dumps({f"key{i}": i for i in range(60)})], limit=80)
+    assert long.endswith(" …") and len(long) <= 82 and "/tmp/x" not in long
+    assert json.dumps({f"key{i}": i for i in range(60)}).startswith(long.split(" ", 2)[2][:-2])  # a prefix
