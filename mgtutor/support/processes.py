@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mgtutor.support.checks import is_real
-from mgtutor.support.tflog import TF_NOISE
+from mgtutor.support.tflog import TF_NOISE, LibraryFrames
 
 RESULT_MARK = "MGTUTOR_RESULT "
 TAIL_LINES = 60
@@ -113,6 +113,7 @@ def run_script(
 
     def read() -> None:
         assert process.stdout is not None
+        folding = LibraryFrames()  # shown lines only: the tail keeps every frame
         for raw in process.stdout:
             line = raw.rstrip("\n")
             result = parse_result(line)
@@ -120,8 +121,10 @@ def run_script(
                 found.append(result)
             elif not TF_NOISE.match(line):
                 tail.append(line)
-                if stream:
-                    print(line, flush=True)
+                for shown in folding.shown(line) if stream else []:
+                    print(shown, flush=True)
+        for shown in folding.flush() if stream else []:
+            print(shown, flush=True)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()

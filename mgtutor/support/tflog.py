@@ -42,6 +42,46 @@ PEER_LOST = re.compile(
     r"\s*(?:Additional GRPC error information from remote target \S+ while calling"
     r"|:UNKNOWN:Error received from peer .*grpc_status:14)"
 )
+# A traceback frame inside an installed library (TensorFlow, Keras): its "File" line, in a traceback's
+# form (", line 53, in f") or faulthandler's (", line 53 in f").
+_LIBRARY_FRAME = re.compile(r"(\s*)File \"[^\"]*[/\\](?:site|dist)-packages[/\\][^\"]*\", line \d+,? in ")
+
+
+class LibraryFrames:
+    """Fold a shown traceback's frames inside installed libraries into one line.
+
+    A child's traceback names the learner's own lines and then a dozen frames of
+    TensorFlow's internals; `shown(line)` gives the lines to show instead of `line`:
+    none while library frames (and their code and caret lines) run on, then one
+    "… N frame(s) inside installed libraries …" line before the next line of interest.
+    The full lines stay wherever the caller keeps them (a job's tail, for one).
+    """
+
+    def __init__(self) -> None:
+        self.indent: str | None = None  # a folded frame's indent, while frames are being folded
+        self.count = 0
+
+    def shown(self, line: str) -> list[str]:
+        frame = _LIBRARY_FRAME.match(line)
+        if frame:
+            self.indent, self.count = frame.group(1), self.count + 1
+            return []
+        if self.indent is not None:
+            source = line.startswith(self.indent + " ") and not line.strip().startswith("File ")
+            carets = line.strip() and not line.strip(" ^~")
+            if source or carets:
+                return []  # the folded frame's source line, or the carets under it
+        return [*self.flush(), line]
+
+    def flush(self) -> list[str]:
+        """The fold's line for the frames folded so far (none if none), to show before what follows."""
+        if not self.count:
+            return []
+        folded = f"{self.indent}… {self.count} frame(s) inside installed libraries (TensorFlow, Keras) …"
+        self.indent, self.count = None, 0
+        return [folded]
+
+
 # A partial line is held this long for the rest of it before being passed on as it is.
 _PARTIAL_LINE_SECONDS = 0.2
 _MAX_LINE_BYTES = 65536

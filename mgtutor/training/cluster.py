@@ -28,7 +28,7 @@ from typing import Any
 
 from mgtutor.support.checks import check_whole, is_real, is_whole
 from mgtutor.support.processes import parse_result
-from mgtutor.support.tflog import PEER_LOST, TF_NOISE
+from mgtutor.support.tflog import PEER_LOST, TF_NOISE, LibraryFrames
 from mgtutor.training import netns, pinning
 from mgtutor.training.job_result import ClusterResult, WorkerResult, describe_exit
 from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
@@ -211,6 +211,7 @@ class LocalCluster:
 
     def _read(self, index: int, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
+        folding = LibraryFrames()  # shown lines only: the tail keeps every frame
         for raw in proc.stdout:
             line = raw.rstrip("\n")
             result = parse_result(line)  # a malformed result line is shown as output, below
@@ -225,10 +226,16 @@ class LocalCluster:
                     self.kill(self._watch[0])  # at once: a few ms later the job may be past the point
             lost = self._watch_hit.is_set() and PEER_LOST.match(line)  # the killed worker's peers
             if self.stream and not (self.quiet_tf and (TF_NOISE.match(line) or lost)):
-                with self._print_lock:
-                    print(f"[worker {index}] {line}", flush=True)
+                self._show(index, folding.shown(line) if self.quiet_tf else [line])
             self._event.set()
+        if self.stream:
+            self._show(index, folding.flush())
         self._event.set()
+
+    def _show(self, index: int, lines: list[str]) -> None:
+        with self._print_lock:
+            for line in lines:
+                print(f"[worker {index}] {line}", flush=True)
 
     def poll(self) -> list[int | None]:
         """Each worker's exit code so far: None while it runs (negative: killed by that signal)."""

@@ -138,3 +138,29 @@ def test_a_vanished_peers_grpc_lines_are_recognised_and_nothing_else():
     assert all(PEER_LOST.match(line) for line in lost)
     kept = ["Epoch 2/3", "checkpoint saved: step 116 (epoch 2, batch 38/78)", "ValueError: grpc_status is 14"]
     assert not any(PEER_LOST.match(line) for line in kept)
+
+
+def test_a_shown_traceback_folds_the_frames_inside_installed_libraries_and_keeps_the_learners():
+    from mgtutor.support.tflog import LibraryFrames
+
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/course/work/15/uneven_worker.py", line 19, in <module>',
+        "    train_step(xb, yb)",
+        '  File "/v/site-packages/tensorflow/util/traceback_utils.py", line 167, in error_handler',
+        "    raise e.with_traceback(filtered_tb) from None",
+        '  File "/v/site-packages/tensorflow/eager/execute.py", line 53, in quick_execute',
+        "    tensors = pywrap_tfe.TFE_Py_Execute(ctx._handle, device_name, op_name,",
+        "  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "tensorflow.python.framework.errors_impl.InvalidArgumentError: Matrix size-incompatible",
+        "Thread 0x00007f2362de6b80 (most recent call first):",  # faulthandler's form: ", line 53 in f"
+        '  File "/v/site-packages/tensorflow/eager/execute.py", line 53 in quick_execute',
+        '  File "/course/work/15/drill_worker.py", line 23 in <module>',
+        # Windows, and last in the stream: flush() folds it
+        '  File "C:\\py\\Lib\\site-packages\\keras\\trainer.py", line 9 in fit',
+    ]
+    folding = LibraryFrames()
+    shown = [out for line in lines for out in folding.shown(line)] + folding.flush()
+    fold = "  … {} frame(s) inside installed libraries (TensorFlow, Keras) …"
+    assert shown == [*lines[:3], fold.format(2), *lines[8:10], fold.format(1), lines[11], fold.format(1)]
+    assert folding.flush() == []  # flushed once
