@@ -274,7 +274,12 @@ ALLOWED: list[Allowed] = [
         "setting",
         "budgets and time limits the project sets",
     ),
-    Allowed("*", r"budget of 2 minutes", "setting", "the capstone's MINUTES in make run"),
+    Allowed(
+        "*",
+        r"budget of 1\.5 minutes|1\.5-minute budget|uses 1\.5\)|\(`…`, 1\.5\)",
+        "setting",
+        "the capstone's MINUTES in make run",
+    ),
     Allowed(
         "*",
         r"(?:make wheelhouse[^)]*)?\(783 MB(?: here, 143 files| for laptops of the same platform)?|"

@@ -148,8 +148,9 @@ def test_watched_runs_the_script_as_python_would_and_prints_its_stack_on_sigusr1
         proc.wait(timeout=30)
     output = "".join(lines)
     # The signal may land just after "waiting" is printed and before the sleep starts: line 16 or 17.
-    assert re.search(r'watched_child\.py", line 1[67] in wait_here\n.*watched_child\.py", line 22 in <module>',
-                     output, re.S), output  # innermost first: wait_here, then the line that called it
+    innermost_first = (r'watched_child\.py", line 1[67] in wait_here\n'
+                       r'.*watched_child\.py", line 22 in <module>')  # fmt: skip
+    assert re.search(innermost_first, output, re.S), output  # wait_here, then the line that called it
 
 
 # --------------------------------------------------------------------------- running it (slow)
