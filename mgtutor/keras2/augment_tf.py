@@ -16,6 +16,7 @@ import numpy as np
 from mgtutor.keras2.augment_checks import _fresh_seed, _GeneratorBase, _Shift
 from mgtutor.keras2.augment_resample import _affine, _axis_lookup
 from mgtutor.support.checks import check_seed
+from mgtutor.support.tfdata import without_autotuner
 
 
 def _tf_shifts(shift: _Shift, size: int, n: Any, seed: Any) -> Any:
@@ -192,7 +193,7 @@ def augment_dataset(dataset: Any, generator: _GeneratorBase, *, seed: int | None
     augmented = tf.data.Dataset.zip((dataset, seeds)).map(
         augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
-    return augmented.prefetch(tf.data.AUTOTUNE)
+    return without_autotuner(augmented.prefetch(tf.data.AUTOTUNE))
 
 
 def arrays_dataset(

@@ -200,6 +200,7 @@ def _make_input(pipeline: str, x: Any, y: Any, global_batch: int, seed: int) -> 
 
     from mgtutor.keras2.augment import ImageDataGenerator
     from mgtutor.prepare import make_dataset
+    from mgtutor.support.tfdata import without_autotuner
 
     if pipeline == "synthetic":
         import tensorflow as tf
@@ -207,16 +208,17 @@ def _make_input(pipeline: str, x: Any, y: Any, global_batch: int, seed: int) -> 
         rng = np.random.default_rng(seed)
         images = rng.random((global_batch, *x.shape[1:]), dtype=np.float32)
         labels = np.eye(y.shape[1], dtype=np.float32)[rng.integers(0, y.shape[1], global_batch)]
-        return tf.data.Dataset.from_tensors((images, labels)).repeat(), True
+        return without_autotuner(tf.data.Dataset.from_tensors((images, labels)).repeat()), True
     if pipeline in ("in_memory", "layers"):  # "layers" augments inside the model
-        return make_dataset(x, y, global_batch, seed=seed, drop_remainder=True, repeat=True), True
+        batches = make_dataset(x, y, global_batch, seed=seed, drop_remainder=True, repeat=True)
+        return without_autotuner(batches), True
     generator = ImageDataGenerator(**SEED_000_AUGMENTATION)
     if pipeline == "flow":
         # Whole batches only: every step then holds global_batch images on every replica count.
         whole = len(x) // global_batch * global_batch
         return generator.flow(x[:whole], y[:whole], batch_size=global_batch, seed=seed), False
     dataset = generator.as_dataset(x, y, batch_size=global_batch, seed=seed, drop_remainder=True)
-    return dataset.repeat(), True
+    return without_autotuner(dataset.repeat()), True
 
 
 def _build_and_compile(

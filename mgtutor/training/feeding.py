@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from mgtutor.data_parallel import check_batch_divisible
 from mgtutor.support.checks import check_whole
+from mgtutor.support.tfdata import without_autotuner
 
 
 def epoch_rows(n: int, seed: int, epoch: Any, shuffle: bool = True) -> Any:
@@ -51,7 +52,7 @@ def distributed(strategy: Any, batches: Any, arrays: tuple, global_batch: int) -
         gathered = tf.data.Dataset.zip((rows, data)).map(
             lambda index, values: tuple(tf.gather(value, index) for value in values)
         )
-        return gathered.prefetch(tf.data.AUTOTUNE)
+        return without_autotuner(gathered.prefetch(tf.data.AUTOTUNE))
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from mgtutor.saving import save_model
 from mgtutor.support.checks import renamed
+from mgtutor.support.tfdata import without_autotuner
 from mgtutor.training import checkpoints, runlock
 from mgtutor.training.feeding import epoch_rows
 from mgtutor.training.plan import RESUMABLE_FIT, FitOptions, FitPlan, plan_fit
@@ -75,7 +76,8 @@ def _batches(plan: FitPlan, first: int, last: int, skip: int) -> Any:
     )
     # A known length lets Keras size the progress bar and end the epoch without a warning.
     count = plan.steps_per_epoch * (last - first) - skip
-    return dataset.apply(tf.data.experimental.assert_cardinality(count)).prefetch(tf.data.AUTOTUNE)
+    counted = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    return without_autotuner(counted.prefetch(tf.data.AUTOTUNE))
 
 
 # --------------------------------------------------------------------------- the callback
