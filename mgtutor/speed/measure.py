@@ -218,7 +218,7 @@ def _make_input(pipeline: str, x: Any, y: Any, global_batch: int, seed: int) -> 
         whole = len(x) // global_batch * global_batch
         return generator.flow(x[:whole], y[:whole], batch_size=global_batch, seed=seed), False
     dataset = generator.as_dataset(x, y, batch_size=global_batch, seed=seed, drop_remainder=True)
-    return without_autotuner(dataset.repeat()), True
+    return dataset.repeat(), True  # as_dataset's stream already has no autotuner; repeat keeps its options
 
 
 def _build_and_compile(
