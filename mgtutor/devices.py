@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mgtutor.support.checks import check_whole, is_whole
+from mgtutor.support.tfdata import iterators_end_promptly
 from mgtutor.support.tflog import quiet_python_logs, quiet_tensorflow
 
 DEFAULT_GPU_MEMORY_LIMIT_MB = 2048
@@ -69,7 +70,8 @@ def setup_devices(
     GPUs of `gpu_memory_limit_mb` each; else the CPU split into N logical CPUs.
     Calling it again with the same N is harmless; a different N after TensorFlow
     has started raises `DeviceSetupError` (restart the kernel). It also keeps
-    TensorFlow's log chatter out of the notebook (`mgtutor.support.tflog.quiet_tensorflow`).
+    TensorFlow's log chatter out of the notebook (`mgtutor.support.tflog.quiet_tensorflow`), and keeps
+    tf.data's autotuner from stalling the iterators Keras drops (`support.tfdata.iterators_end_promptly`).
     ``backend="jax"`` gives JAX N CPU devices instead (`_setup_jax_devices`).
     """
     n_devices = _check_count(n_devices)
@@ -86,6 +88,7 @@ def setup_devices(
     import tensorflow as tf
 
     quiet_python_logs()  # again: TensorFlow's logger is set up now
+    iterators_end_promptly()
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) >= n_devices:
         kind, physical, configs = "gpu", None, None

@@ -3,7 +3,8 @@
 - `checks`: argument checks, so every "must be a whole number" error reads the same; `checklist`: the
   ok/WARN/FAIL lines `make check` and `doctor` print, each FAIL with its fix.
 - `tflog`: TensorFlow's log lines kept out of outputs (``MGTUTOR_SHOW_TF_LOGS=1`` shows them);
-  `tfdata`: `without_autotuner`, the package's streams made to end without waiting on tf.data's autotuner.
+  `tfdata`: tf.data iterators that end without waiting on the autotuner: `without_autotuner` for the
+  package's streams, `iterators_end_promptly` for every iterator (`setup_devices` turns it on).
 - `files`: `atomic_write`, a file or folder replaced whole or not at all; `ModelFileError`.
 - `processes`: `run_script`, a script in a child process, its result collected with `report_result`.
 - `records`: `record`, values a notebook keeps in its outputs for the tests and the run report.

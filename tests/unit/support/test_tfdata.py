@@ -1,4 +1,4 @@
-"""`without_autotuner`, and the package's own streams that use it (lesson 16 writes the same option out)."""
+"""`without_autotuner`, the streams that use it (lesson 16 writes it out), `iterators_end_promptly`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from mgtutor.speed.measure import _make_input
 from mgtutor.support.tfdata import without_autotuner
 from mgtutor.training.feeding import distributed, epoch_batches
 from mgtutor.training.resume import _batches
+from tests.conftest import ROOT, run_child
+
+CHILD = ROOT / "tests" / "unit" / "support" / "tfdata_child.py"
 
 
 def test_without_autotuner_turns_it_off_and_keeps_every_element():
@@ -33,3 +36,15 @@ def test_the_packages_streams_have_no_autotuner_for_a_dropped_iterator_to_wait_o
     autotuned = {name: stream.options().autotune.enabled for name, stream in streams.items()}
     assert autotuned == dict.fromkeys(streams, False)
     assert len(list(streams["resumable_fit's"])) == 3  # still every batch of the epoch
+
+
+def test_after_setup_devices_every_iterator_that_leaves_the_autotuner_unset_has_none():
+    result = run_child(CHILD)
+    assert result["plain"] is False
+    assert result["per_device"] == [False, False] and result["source"] is False  # MirroredStrategy's too
+    assert result["kept"] is True  # a dataset that sets it keeps its choice
+    assert result["stream_left_unset"] is None  # only the iterator's own view changes
+    batches = [[8 * b + 2 * i for i in range(4)] for b in range(4)]
+    assert result["elements"] == batches  # every element, in order
+    assert result["device_batches"] == [batches[:2], batches[2:]]  # each device its batch, in turn
+    assert result["again"] is True and result["wrapped_once"]  # a second call wraps nothing twice
