@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -1182,7 +1183,10 @@ ISSUES_HERE = {
 @checks("15_when_it_breaks")
 def _(records: dict, p: dict) -> None:
     # 1. The hang: the chief failed on the collective timeout while worker 1 waited for it, at two lines.
-    assert records["hang_returncodes"][0] == 1 and records["hang_returncodes"][1] != 0
+    # The chief exits 1, or rarely (once in CI at f7e8ad1) TensorFlow faults (SIGSEGV) after that error.
+    chief, other = records["hang_returncodes"]
+    assert records["hang_error"] == "DeadlineExceededError: Collective has timed out during execution."
+    assert chief in (1, -signal.SIGSEGV) and other == -signal.SIGKILL, records
     waits = records["hang_wait_lines"]
     assert sorted(waits) == ["0", "1"] and waits["0"] != waits["1"]
     bad = p["BAD_STEP"]
