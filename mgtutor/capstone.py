@@ -128,22 +128,33 @@ def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, wh
     return model
 
 
+def race_arithmetic(build, images, labels, choices, rounds: int = 3) -> dict:
+    """Each (precision, xla) of `choices`: a model from `build()` trained on one batch, `rounds` rounds of one
+    step, the choices in turn so that a change in the machine's pace slows all alike. Per choice: the median
+    images/s, the first step's extra seconds (it traces; with XLA, compiles), and each round's images/s."""
+    models, first = {}, {}
+    for precision, xla in choices:
+        keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
+        models[precision, xla] = model = build()
+        model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+        started = time.perf_counter()
+        model.train_on_batch(images, labels)
+        first[precision, xla] = time.perf_counter() - started
+    rates = {choice: [] for choice in models}
+    for _ in range(rounds):
+        for choice, model in models.items():
+            started = time.perf_counter()
+            model.train_on_batch(images, labels)
+            rates[choice].append(len(images) / (time.perf_counter() - started))
+    medians = {choice: float(np.median(each)) for choice, each in rates.items()}
+    return {c: (medians[c], max(0.0, first[c] - len(images) / medians[c]), rates[c]) for c in models}
+
+
 def step_rate(build, images, labels, precision: str, xla: bool, steps: int = 3) -> tuple[float, float]:
-    """Images/s of `steps` training steps of a model from `build()` on one batch, in `precision`, with or
-    without XLA, after a first step that traces (and with XLA compiles) it; and that first step's extra
-    seconds. The step alone: notebook 06 measured the tf.data pipeline far faster than training."""
-    keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
-    probe = build()
-    probe.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
-                  loss=keras.losses.CategoricalCrossentropy(from_logits=True))
-    started = time.perf_counter()
-    probe.train_on_batch(images, labels)
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    for _ in range(steps):
-        probe.train_on_batch(images, labels)
-    rate = steps * len(images) / (time.perf_counter() - started)
-    return rate, max(0.0, first - len(images) / rate)
+    """One choice alone: its images/s over `steps` steps, and its first step's extra seconds. Leaves the
+    global policy at `precision`, for the model to come."""
+    return race_arithmetic(build, images, labels, [(precision, xla)], rounds=steps)[precision, xla][:2]
 
 
 @keras.saving.register_keras_serializable(package="capstone")

@@ -648,7 +648,11 @@ def _(records: dict, p: dict) -> None:
     timed = {f"{f}, XLA {'on' if x else 'off'}" for f in formats for x in compilers}
     assert set(arithmetic["rates"]) == timed and min(arithmetic["rates"].values()) > 0
     picked = f"{arithmetic['precision']}, XLA {'on' if arithmetic['xla'] else 'off'}"
-    assert arithmetic["rates"][picked] == max(arithmetic["rates"].values())
+    assert arithmetic["rates"][picked] == max(arithmetic["rates"].values())  # the best median of its rounds
+    ranges = arithmetic["ranges"]
+    assert all(low <= arithmetic["rates"][name] <= high for name, (low, high) in ranges.items())
+    others = [high for name, (_, high) in ranges.items() if name != picked]
+    assert arithmetic["clear"] == (ranges[picked][0] > max(others) if others else None)
     images, tested = p["TRAIN_SAMPLES"], p["TEST_SAMPLES"]  # all, unless a budget of MINUTES cuts both
     if p["MINUTES"] is not None:
         budget = records["budget"]

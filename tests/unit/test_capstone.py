@@ -15,6 +15,7 @@ from mgtutor.capstone import (
     epoch_sides,
     evaluation_stream,
     flip_and_crop,
+    race_arithmetic,
     start_as_identity,
     step_rate,
     training_stream,
@@ -285,6 +286,35 @@ def test_step_rate_times_the_step_in_the_format_asked_and_leaves_it_set():
             assert keras.mixed_precision.global_policy().name == precision  # for the model to come
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_race_arithmetic_times_the_choices_in_turn_each_in_its_format():
+    import keras
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(32, 8)).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
+    steps = []  # (the format the model was made in), in the order the steps ran
+
+    def build():
+        made = keras.mixed_precision.global_policy().name
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
+            "linear", dtype="float32")])  # fmt: skip
+        train = model.train_on_batch
+        model.train_on_batch = lambda *a, **k: (steps.append(made), train(*a, **k))[1]
+        return model
+
+    choices = [("float32", False), ("mixed_bfloat16", False)]
+    try:
+        timed = race_arithmetic(build, x, y, choices, rounds=3)
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"  # the last choice's
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # each made in its format; a first step each, then 3 rounds in which the two take turns
+    assert steps == ["float32", "mixed_bfloat16"] * 4
+    assert list(timed) == choices
+    for rate, tracing, rounds in timed.values():
+        assert len(rounds) == 3 and min(rounds) > 0 and rate == float(np.median(rounds)) and tracing >= 0
 
 
 def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
