@@ -129,9 +129,9 @@ def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, wh
 
 
 def race_arithmetic(build, images, labels, choices, rounds: int = 3) -> dict:
-    """Each (precision, xla) of `choices`: a model from `build()` trained on one batch, `rounds` rounds of one
-    step, the choices in turn so that a change in the machine's pace slows all alike. Per choice: the median
-    images/s, the first step's extra seconds (it traces; with XLA, compiles), and each round's images/s."""
+    """Each (precision, xla) of `choices`: a model from `build()` trained on one batch, `rounds` timed rounds
+    of one step, the choices in turn so that a change in the machine's pace slows all alike. Per choice: the
+    median images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's images/s."""
     models, first = {}, {}
     for precision, xla in choices:
         keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
@@ -142,11 +142,11 @@ def race_arithmetic(build, images, labels, choices, rounds: int = 3) -> dict:
         model.train_on_batch(images, labels)
         first[precision, xla] = time.perf_counter() - started
     rates = {choice: [] for choice in models}
-    for _ in range(rounds):
+    for round_ in range(rounds + 1):  # round 0 is a warm-up, not timed, as a benchmark's first steps
         for choice, model in models.items():
             started = time.perf_counter()
             model.train_on_batch(images, labels)
-            rates[choice].append(len(images) / (time.perf_counter() - started))
+            rates[choice] += [len(images) / (time.perf_counter() - started)] if round_ else []
     medians = {choice: float(np.median(each)) for choice, each in rates.items()}
     return {c: (medians[c], max(0.0, first[c] - len(images) / medians[c]), rates[c]) for c in models}
 
