@@ -13,14 +13,15 @@ with other seeds, the variants in turn, each tested on the whole test set; then 
 changed. `ablations` takes one trick out; `levers` adds one of airbench94's that the lesson leaves out
 (PyTorch's initial scale of the weights, BatchNorm biases trained 64x faster, a whitening bias trained for
 the first epochs, its widths 64/256/256), or changes the batch or the number format. A difference counts
-only where it exceeds the spread of the repeats. `--out FILE` keeps each run as a JSON line, and a study
-started again with the same file skips the runs already there. Accuracies do not depend on the load of the
-machine; the minutes shown do. `--precision` sets the recipe's number format (the lesson picks the fastest).
+only where it exceeds the spread of the repeats; `--only NAME ...` runs just those variants beside the whole
+recipe. `--out FILE` keeps each run as a JSON line, and a study started again with the same file skips the
+runs already there. Accuracies do not depend on the load of the machine; the minutes shown do. `--precision`
+sets the recipe's number format (the lesson picks the fastest).
 
-`speed` times the training step on one batch of random images (after an untimed step that traces and
-compiles it), the variants interleaved `--repeats` times: float32 and mixed bfloat16, each with and
-without XLA, at both widths and at the smaller sides of progressive resizing; and one pass of the
-10,000-image test set. Run it on a quiet machine.
+`speed` times the training step on one batch of random images (after its first step, which traces and with
+XLA compiles it, and a warm-up step), the variants interleaved `--repeats` times: float32 and mixed
+bfloat16, each with and without XLA, at both widths and at the smaller sides of progressive resizing; and
+one pass of the 10,000-image test set. Run it on a quiet machine.
 
 `comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each, epoch by
 epoch, and tests after each epoch on the whole test set (the minutes include it): seed 000's CNN with RMSprop
@@ -408,6 +409,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--out", help="a JSON-lines file of runs to add to and resume from (ablations, levers)"
     )
+    parser.add_argument("--only", nargs="+", metavar="VARIANT",
+                        help="these variants, by name, beside the whole recipe (ablations, levers)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512, help="global batch (speed)")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
@@ -424,8 +427,17 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--batch {args.batch} must split evenly over --devices {args.devices}")
     if args.minutes <= 0:
         parser.error(f"--minutes must be > 0, got {args.minutes}")
-    studies = {"ablations": functools.partial(accuracy_study, variants=ABLATIONS),
-               "levers": functools.partial(accuracy_study, variants=LEVERS),
+    tables = {"ablations": ABLATIONS, "levers": LEVERS}
+    if args.only and args.study not in tables:
+        parser.error(f"--only names variants of ablations or levers, not of {args.study}")
+    unknown = [name for name in args.only or [] if name not in tables.get(args.study, {})]
+    if unknown:
+        parser.error(f"--only: no variant {unknown[0]!r} in {args.study}; its variants: "
+                     + "; ".join(tables[args.study]))  # fmt: skip
+    variants = {name: options for name, options in tables.get(args.study, {}).items()
+                if not args.only or name == "whole recipe" or name in args.only}  # fmt: skip
+    studies = {"ablations": functools.partial(accuracy_study, variants=variants),
+               "levers": functools.partial(accuracy_study, variants=variants),
                "speed": speed, "comparisons": comparisons}  # fmt: skip
     studies[args.study](args)
 
