@@ -436,10 +436,9 @@ def main(argv: list[str] | None = None) -> None:
                      + "; ".join(tables[args.study]))  # fmt: skip
     variants = {name: options for name, options in tables.get(args.study, {}).items()
                 if not args.only or name == "whole recipe" or name in args.only}  # fmt: skip
-    studies = {"ablations": functools.partial(accuracy_study, variants=variants),
-               "levers": functools.partial(accuracy_study, variants=variants),
-               "speed": speed, "comparisons": comparisons}  # fmt: skip
-    studies[args.study](args)
+    study = functools.partial(accuracy_study, variants=variants) if args.study in tables else {
+        "speed": speed, "comparisons": comparisons}[args.study]  # fmt: skip
+    study(args)
 
 
 if __name__ == "__main__":
