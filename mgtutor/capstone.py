@@ -28,12 +28,12 @@ def standardize(images, statistics: tuple[np.ndarray, np.ndarray]):
     return (tf.cast(images, tf.float32) - statistics[0]) / statistics[1]
 
 
-def flip_and_crop(padded, flip, pad: int = 2):
-    """A whole batch: image i mirrored if flip[i], then cut at its own random offset (0..2*pad each way)."""
+def flip_and_crop(padded, flip, key, pad: int = 2):
+    """A whole batch: image i mirrored if flip[i], then cut at its own offset (0..2*pad), drawn from `key`."""
     count = tf.shape(padded)[0]
     images = tf.where(flip[:, None, None, None], tf.reverse(padded, [2]), padded)
-    rows = tf.random.uniform([count, 1], 0, 2 * pad + 1, tf.int32) + tf.range(padded.shape[1] - 2 * pad)
-    columns = tf.random.uniform([count, 1], 0, 2 * pad + 1, tf.int32) + tf.range(padded.shape[2] - 2 * pad)
+    rows, columns = tf.unstack(tf.random.stateless_uniform([2, count, 1], key, 0, 2 * pad + 1, tf.int32))
+    rows, columns = rows + tf.range(padded.shape[1] - 2 * pad), columns + tf.range(padded.shape[2] - 2 * pad)
     images = tf.gather(images, rows, axis=1, batch_dims=1)  # image i keeps its rows rows[i]
     return tf.gather(images, columns, axis=2, batch_dims=1)
 
@@ -51,13 +51,13 @@ def training_stream(images: np.ndarray, labels, batch_size: int, statistics, *, 
         x, y, mirrored_first = batch
         passes = (index * batch_size + tf.range(tf.shape(x)[0], dtype=tf.int64)) // len(images)
         flip = tf.math.logical_xor(mirrored_first, passes % 2 == 1)  # the other way from the pass before
+        key = tf.stack([tf.constant(seed, tf.int64), index])  # this batch's draws, whichever thread makes it
         if not alternate:  # the benchmark's ablation: each image mirrored with probability 1/2, every pass
-            flip = tf.random.uniform([tf.shape(x)[0]]) < 0.5
-        x = standardize(flip_and_crop(x, flip), statistics)
+            flip = tf.random.stateless_uniform([tf.shape(x)[0]], key[::-1]) < 0.5
+        x = standardize(flip_and_crop(x, flip, key), statistics)
         side = side_of_epoch[tf.minimum(index // steps, len(sides))]  # this batch's epoch's side
         return tf.cond(side != full, lambda: tf.image.resize(x, [side, side], antialias=True), lambda: x), y
-    # Endless (repeat), so every batch is whole: fit takes steps_per_epoch of them an epoch; a resumed run's
-    # stream counts on from its first epoch. No autotuner: a stream dropped mid-way waits for its next round.
+    # Endless, so every batch is whole; a resumed run counts on. No autotuner: a dropped stream waits.
     dataset = dataset.repeat().batch(batch_size).enumerate(first_epoch * steps)
     options = tf.data.Options()
     options.autotune.enabled = False

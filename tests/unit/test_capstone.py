@@ -101,7 +101,7 @@ def test_flip_and_crop_cuts_each_image_its_own_window_mirrored_or_not():
     rng = np.random.default_rng(0)
     padded = rng.integers(0, 256, size=(200, 12, 12, 3), dtype=np.uint8)  # 8x8 images padded by 2
     flip = rng.random(200) < 0.5
-    cut = np.asarray(flip_and_crop(padded, flip, pad=2))
+    cut = np.asarray(flip_and_crop(padded, flip, [0, 7], pad=2))
     assert cut.shape == (200, 8, 8, 3) and cut.dtype == np.uint8  # exact pixels, no interpolation
     windows = _windows(padded, 8)
     same = np.all(windows == cut[:, None], axis=(2, 3, 4))
@@ -110,6 +110,25 @@ def test_flip_and_crop_cuts_each_image_its_own_window_mirrored_or_not():
     np.testing.assert_array_equal(mirrored.any(axis=1), flip)  # mirrored exactly where asked
     offsets = np.argmax(same | mirrored, axis=1)
     assert len(set(offsets.tolist())) == 25  # every offset of 0..4 x 0..4 drawn among 200 images
+    np.testing.assert_array_equal(np.asarray(flip_and_crop(padded, flip, [0, 7], pad=2)), cut)  # same key
+    assert not np.array_equal(np.asarray(flip_and_crop(padded, flip, [0, 8], pad=2)), cut)  # another key
+
+
+def test_the_same_seed_gives_the_same_stream_whichever_thread_makes_each_batch():
+    # Two threads make batches at once: a random op with its own state would give a batch whichever
+    # numbers it asked for first, and the same seed other images.
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, size=(300, 32, 32, 3), dtype=np.uint8)
+    labels = np.eye(300, dtype=np.float32)
+    statistics = (np.full(3, 127.5, np.float32), np.full(3, 64.0, np.float32))
+
+    def first_batches(seed: int, alternate: bool = True) -> np.ndarray:
+        stream = training_stream(images, labels, 32, statistics, seed=seed, sides=[24], alternate=alternate)
+        return np.concatenate([np.asarray(x).ravel() for x, _ in stream.take(20)])  # 10 small, 10 full-size
+
+    for alternate in (True, False):
+        np.testing.assert_array_equal(first_batches(0, alternate), first_batches(0, alternate))
+    assert not np.array_equal(first_batches(0), first_batches(1))
 
 
 def test_the_training_stream_is_endless_whole_batches_each_pass_every_image_once_flips_alternating():
