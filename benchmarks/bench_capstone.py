@@ -10,13 +10,13 @@ each kind of arithmetic costs. Run from the repository root::
 balanced subset of `--train` CIFAR-10 images for `--epochs` epochs (the ones before the last
 `--full-size-epochs` shrunk as the lesson's first epochs are, by its rule `epoch_sides`), `--repeats` times
 with other seeds, the variants in turn, each tested on the whole test set; then the same with one thing
-changed. `ablations` takes one trick out; `levers` adds one of airbench94's that the lesson leaves out
-(PyTorch's initial scale of the weights, BatchNorm biases trained 64x faster, a whitening bias trained for
-the first epochs, its widths 64/256/256), or changes the batch or the number format. A difference counts
-only where it exceeds the spread of the repeats; `--only NAME ...` runs just those variants beside the whole
-recipe. `--out FILE` keeps each run as a JSON line, and a study started again with the same file skips the
-runs already there. Accuracies do not depend on the load of the machine; the minutes shown do. `--precision`
-sets the recipe's number format (the lesson picks the fastest).
+changed. `ablations` takes one trick out (the whitening bias's epochs too); `levers` adds one of airbench94's
+that the lesson leaves out (PyTorch's initial scale of the weights, BatchNorm biases trained 64x faster, its
+widths 64/256/256), or changes the batch or the number format. A difference counts only where it exceeds
+the spread of the repeats; `--only NAME ...` runs just those variants beside the whole recipe. `--out FILE`
+keeps each run as a JSON line, and a study started again with the same file skips the runs already there.
+Accuracies do not depend on the load of the machine; the minutes shown do. `--precision` sets the recipe's
+number format (the lesson picks the fastest).
 
 `speed` times the training step on one batch of random images (after its first step, which traces and with
 XLA compiles it, and a warm-up step), the variants interleaved `--repeats` times: float32 and mixed
@@ -54,18 +54,13 @@ ABLATIONS = {
     "random flips, not alternating": {"alternate": False},
     "no progressive resizing (every epoch at 32x32)": {"sides": []},
     "no lookahead": {"lookahead": False},
+    "whitening bias frozen from the start": {"whitening_bias_epochs": 0},
 }
 LEVERS = {
     "whole recipe": {"views": True},
     "+ airbench's initial scale (PyTorch's)": {"initial_scale": "airbench"},
     "+ BatchNorm biases at 64x the rate": {"bias_boost": 64.0},
-    "+ whitening bias trained for 3 epochs": {"whitening_bias_epochs": 3},
-    "+ all three": {
-        "initial_scale": "airbench",
-        "bias_boost": 64.0,
-        "whitening_bias_epochs": 3,
-        "views": True,
-    },
+    "+ both": {"initial_scale": "airbench", "bias_boost": 64.0, "views": True},
     "+ airbench's widths 64/256/256": {"widths": (64, 256, 256), "views": True},
     "global batch 1024": {"batch": 1024},
     "float32 (the other number format)": {"precision": "other"},
@@ -83,7 +78,7 @@ RECIPE = {  # the lesson's defaults
     "lookahead": True,
     "views": False,
     "bias_boost": 1.0,
-    "whitening_bias_epochs": 0,
+    "whitening_bias_epochs": 3,
     "initial_scale": "keras",
 }
 SMALL_SIZES = [16, 24, 24, 24]  # the lesson's
@@ -107,10 +102,9 @@ def _header(study: str) -> None:
           f"{describe_cpu(cpu())}, {versions}", flush=True)  # fmt: skip
 
 
-def _airbench_levers(model, recipe: dict, steps: int):
+def _airbench_levers(model, recipe: dict):
     """airbench94's levers the lesson leaves out, applied to a built model; its optimizer for them."""
     import keras
-    import tensorflow as tf
 
     from mgtutor.capstone import start_as_identity
 
@@ -120,26 +114,16 @@ def _airbench_levers(model, recipe: dict, steps: int):
             if isinstance(layer, keras.layers.Conv2D | keras.layers.Dense) and layer.trainable:
                 layer.kernel.assign(start(layer.kernel.shape))
         start_as_identity(model)
-    whitening = model.get_layer("whitening")
-    if recipe["whitening_bias_epochs"]:  # its filters stay frozen; its bias learns
-        whitening.trainable = True
-        whitening.kernel.trainable = False
-    boost, bias_steps = recipe["bias_boost"], recipe["whitening_bias_epochs"] * steps
+    boost = recipe["bias_boost"]
 
-    class LeverSGD(keras.optimizers.SGD):  # BatchNorm's biases `boost`x faster; the whitening bias stops
+    class LeverSGD(keras.optimizers.SGD):  # BatchNorm's biases `boost`x faster
         def build(self, variables):
             self._boosted = {self._var_key(v) for v in variables if v.path.endswith("/beta")}
-            self._whitening = {self._var_key(v) for v in variables if v.path.startswith("whitening/")}
-            self.exclude_from_weight_decay(var_list=[v for v in variables if v.path.startswith("whitening/")])
             super().build(variables)
 
         def update_step(self, gradient, variable, learning_rate):
-            key = self._var_key(variable)
-            if key in self._boosted:
+            if self._var_key(variable) in self._boosted:
                 learning_rate = learning_rate * boost
-            elif key in self._whitening:  # its rate falls to 0 over its epochs (airbench94_muon's way)
-                done = tf.cast(self.iterations, learning_rate.dtype) / max(1, bias_steps)
-                learning_rate = learning_rate * tf.maximum(0.0, 1.0 - done)
             super().update_step(gradient, variable, learning_rate)
 
     return LeverSGD
@@ -154,6 +138,7 @@ def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int],
         TTA_WEIGHTS,
         Lookahead,
         OneCycle,
+        WhiteningBias,
         build_capstone_cnn,
         channel_statistics,
         evaluation_stream,
@@ -185,12 +170,14 @@ def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int],
         model = build_capstone_cnn(num_classes=data.num_classes, seed=seed, identity=recipe["identity"],
                                    whitening=whitening if recipe["whitening"] else None,
                                    widths=tuple(recipe["widths"]))  # fmt: skip
-        optimizer = _airbench_levers(model, recipe, steps)(schedule, momentum=0.85, nesterov=True,
+        # Its callback before compile: it marks the bias trainable for the optimizer to see (lesson 16).
+        callbacks = [WhiteningBias(model, recipe["whitening_bias_epochs"])] if recipe["whitening"] else []
+        optimizer = _airbench_levers(model, recipe)(schedule, momentum=0.85, nesterov=True,
                                                             weight_decay=recipe["weight_decay"])  # fmt: skip
         model.compile(optimizer=optimizer, jit_compile=False, loss=keras.losses.CategoricalCrossentropy(
             from_logits=True, label_smoothing=recipe["label_smoothing"]))  # fmt: skip
     start = time.perf_counter()
-    callbacks = [Lookahead(total)] if recipe["lookahead"] else []
+    callbacks += [Lookahead(total)] if recipe["lookahead"] else []
     model.fit(train, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     minutes = (time.perf_counter() - start) / 60
     views = len(TTA_WEIGHTS) if recipe["views"] else 1

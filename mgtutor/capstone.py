@@ -88,6 +88,32 @@ def whitening_filters(images: np.ndarray, size: int = 2, eps: float = 5e-4) -> n
     return np.concatenate([kernel, -kernel], axis=-1).astype(np.float32)
 
 
+@keras.saving.register_keras_serializable(package="capstone")
+class Bias(keras.layers.Layer):
+    """One learnt offset per channel, added: the whitening layer's bias, a layer apart from its filters."""
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="bias")
+
+    def call(self, x):
+        return x + self.bias
+
+
+class WhiteningBias(keras.callbacks.Callback):
+    """The whitening layer's `Bias` learns for the first `epochs` epochs, then freezes: `fit` traces its step
+    again without it, and the later steps skip the gradient through the first layer."""
+
+    def __init__(self, model: keras.Model, epochs: int):
+        super().__init__()
+        self.layer, self.epochs = model.get_layer("whitening_bias"), epochs
+        self.layer.trainable = epochs > 0  # before compile: the optimizer and a saved model see it
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch >= self.epochs and self.layer.trainable and self.layer.bias.trainable:
+            self.layer.bias.trainable = False  # the variable, not the layer: see above
+            self.model.make_train_function(force=True)  # `fit` calls the new one from the next step on
+
+
 def start_as_identity(model: keras.Model) -> int:
     """Every 3x3 convolution's first filters pass their input channels through (the others keep their random
     start); how many convolutions it set."""
@@ -105,16 +131,17 @@ def start_as_identity(model: keras.Model) -> int:
 
 def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, whitening=None,
                        widths=(64, 128, 128), identity: bool = True, seed: int | None = None) -> keras.Model:
-    """airbench's network: a frozen first layer (`whitening_filters`; None: a learnt 2x2 one), blocks
-    conv-pool-BN-GELU, conv-BN-GELU, a global max-pool (any side from 10 up), logits / 9 in float32."""
+    """airbench's network: a frozen first layer (`whitening_filters`, its `Bias` apart; None: a learnt one),
+    blocks conv-pool-BN-GELU, conv-BN-GELU, a global max-pool (any side from 10 up), logits / 9 in float32."""
     if seed is not None:
         keras.utils.set_random_seed(seed)
     layers = keras.layers
     inputs = keras.Input(tuple(input_shape))  # (None, None, 3): any side, as the first epochs' are smaller
     first = (layers.Conv2D(8 * input_shape[-1], 2, name="whitening") if whitening is None  # learnt: ablation
-             else layers.Conv2D(whitening.shape[-1], whitening.shape[0], trainable=False, name="whitening",
-                                kernel_initializer=keras.initializers.Constant(whitening)))
-    x = layers.Activation("gelu")(first(inputs))
+             else layers.Conv2D(whitening.shape[-1], whitening.shape[0], use_bias=False, trainable=False,
+                                name="whitening", kernel_initializer=keras.initializers.Constant(whitening)))
+    bias = Bias(trainable=False, name="whitening_bias")  # frozen unless `WhiteningBias` lets it learn
+    x = layers.Activation("gelu")(first(inputs) if whitening is None else bias(first(inputs)))
     for width in widths:
         for pool in (True, False):
             x = layers.Conv2D(width, 3, padding="same", use_bias=False)(x)

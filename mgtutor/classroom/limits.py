@@ -335,6 +335,8 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 1, "the number of devices", problems)
     _whole(p, "EPOCHS", 1, "a count", problems)
     _whole(p, "FULL_SIZE_EPOCHS", 0, "the last epochs, at full size; EPOCHS or more: all of them", problems)
+    _whole(p, "WHITENING_BIAS_EPOCHS", 0, "the first epochs, in which its first layer's bias learns",
+           problems)
     sizes = p.get("SMALL_SIZES")
     if not (isinstance(sizes, list | tuple) and all(is_whole(side) and side >= 10 for side in sizes)):
         problems.append(f"SMALL_SIZES must be a list of image sides >= 10 (the network needs 10 or more), "

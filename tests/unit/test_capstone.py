@@ -1,7 +1,9 @@
-"""mgtutor.capstone, generated from lesson 16's #@save cells: the stream, the network, the schedule,
-lookahead, the timing of the arithmetic, the time-to-accuracy record and the test views."""
+"""mgtutor.capstone, generated from lesson 16's #@save cells: the stream, the network, the schedule, the
+whitening bias's epochs, lookahead, the timing of the arithmetic, the time-to-accuracy record, test views."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from mgtutor.capstone import (
     Lookahead,
     OneCycle,
     TimeToAccuracy,
+    WhiteningBias,
     build_capstone_cnn,
     epoch_sides,
     evaluation_stream,
@@ -56,7 +59,7 @@ def test_the_network_has_the_lessons_parameters_and_starts_as_the_identity():
     kernel = whitening_filters(images)
     model = build_capstone_cnn(whitening=kernel, seed=0)
     assert model.count_params() == 570_296  # notebook 16's count, asserted by its checks too
-    assert not model.get_layer("whitening").trainable
+    assert not model.get_layer("whitening").trainable and not model.get_layer("whitening_bias").trainable
     np.testing.assert_array_equal(model.get_layer("whitening").kernel.numpy(), kernel)
     convolutions = [
         layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D) and layer.trainable
@@ -355,3 +358,53 @@ def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
     assert [p["epoch"] for p in again.curve] == [1, 2, 3]
     assert again.curve[2]["minutes"] > first.curve[1]["minutes"]  # minutes carried over the restart
     assert again.last_test is not None and again.last_test >= again.started  # when its last test ended
+
+
+def test_the_whitening_bias_learns_for_its_epochs_then_freezes_and_a_resumed_run_keeps_it_frozen(tmp_path):
+    import keras
+
+    images = _correlated_images(48)
+    labels = keras.utils.to_categorical(np.arange(48) % 10, 10)
+    filters = whitening_filters(images)
+
+    def run(epochs: int, callbacks: list) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The bias learning for 2 epochs of `epochs`; the first layer's filters and bias after each epoch."""
+        nonlocal model
+        model = build_capstone_cnn((32, 32, 3), whitening=filters, widths=(8, 8, 8), seed=0)
+        bias_epochs, seen = WhiteningBias(model, 2), []
+        layer, bias = model.get_layer("whitening"), model.get_layer("whitening_bias")
+        model.compile(optimizer=keras.optimizers.SGD(0.2, momentum=0.85, weight_decay=0.05),
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # fmt: skip
+        after = keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda e, logs: seen.append((layer.kernel.numpy(), bias.bias.numpy())))
+        model.fit(images, labels, batch_size=16, epochs=epochs, shuffle=False, verbose=0,
+                  callbacks=[*callbacks, bias_epochs, after])  # fmt: skip
+        return seen
+
+    model = None
+    kernels, biases = zip(*run(4, []), strict=True)
+    assert all(np.array_equal(kernel, filters) for kernel in kernels)  # the filters never move
+    assert np.abs(biases[0]).max() > 1e-4 and np.abs(biases[1] - biases[0]).max() > 1e-5  # epochs 1, 2 learn
+    # From epoch 3 frozen: no gradient, no weight decay, no momentum carried over from epoch 2's steps.
+    assert np.array_equal(biases[2], biases[1]) and np.array_equal(biases[3], biases[1])
+    # Saved and reloaded with its optimizer: the same trainable variables, so every momentum loads (Keras
+    # warns and skips them all if the counts differ, as they would with the bias's trainability per variable)
+    model.save(tmp_path / "model.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reloaded = keras.saving.load_model(tmp_path / "model.keras")
+    for a, b in zip(reloaded.optimizer.variables, model.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+    class Kill(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 3:
+                raise KeyboardInterrupt  # after epoch 3's backup: the bias frozen a whole epoch already
+
+    backup = str(tmp_path / "backup")
+    with pytest.raises(KeyboardInterrupt):
+        run(4, [keras.callbacks.BackupAndRestore(backup), Kill()])
+    # Resumed at epoch 4: the backup's optimizer, built with the bias trainable, loads into one built so
+    # too (a mismatch would refuse to load), and the bias is frozen from the first step.
+    [(kernel, bias)] = run(4, [keras.callbacks.BackupAndRestore(backup)])
+    assert np.array_equal(kernel, filters) and np.array_equal(bias, biases[1])

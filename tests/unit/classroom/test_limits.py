@@ -117,6 +117,9 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"FULL_SIZE_EPOCHS must be a whole number >= 0 .*, got -1"):
         lesson_plan("16_capstone", {**p16, "FULL_SIZE_EPOCHS": -1})
     assert lesson_plan("16_capstone", {**p16, "EPOCHS": 1}) == {}  # under FULL_SIZE_EPOCHS: all full size
+    with pytest.raises(ValueError, match=r"WHITENING_BIAS_EPOCHS must be a whole number >= 0 .*, got 1.5"):
+        lesson_plan("16_capstone", {**p16, "WHITENING_BIAS_EPOCHS": 1.5})
+    assert lesson_plan("16_capstone", {**p16, "WHITENING_BIAS_EPOCHS": 20}) == {}  # past EPOCHS: every epoch
     assert lesson_plan("no_such_lesson", {}) == {}
 
 
