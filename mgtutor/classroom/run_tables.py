@@ -355,17 +355,21 @@ def load_summary(path: str | os.PathLike) -> dict[str, Any]:
     return summary
 
 
-def rewrite(
-    summary: dict[str, Any], root: str | os.PathLike = ".", only: Sequence[str] | None = None
-) -> list[Path]:
-    """Rewrite every generated block under `root` from `summary` (or `only` those), each file atomically."""
+def bodies(summary: dict[str, Any], only: Sequence[str] | None = None) -> dict[str, str]:
+    """Every block `summary` can write (or `only` those), by name; refuses a name it cannot write."""
     names = _blocks_for(summary)
     missing = sorted(set(only or ()) - set(names))
     if missing:
         raise ValueError(f"--blocks {' '.join(missing)}: this run writes only {', '.join(names)}.")
+    return {name: GENERATORS[name](summary) for name in names if not only or name in only}
+
+
+def rewrite(
+    summary: dict[str, Any], root: str | os.PathLike = ".", only: Sequence[str] | None = None
+) -> list[Path]:
+    """Rewrite every generated block under `root` from `summary` (or `only` those), each file atomically."""
     texts: dict[Path, str] = {}
-    for name in [n for n in names if not only or n in only]:
-        body = GENERATORS[name](summary)
+    for name, body in bodies(summary, only).items():
         for relative in TARGETS[name]:
             path = Path(root) / relative
             text = texts.get(path) or path.read_text(encoding="utf-8")
@@ -383,8 +387,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--root", default=".", help="the repository (README.md, docs/teachers.md)")
     parser.add_argument("--blocks", nargs="+", choices=sorted(GENERATORS), help="only these (default: all)")
+    parser.add_argument(
+        "--print", action="store_true",
+        help="print the blocks instead of rewriting the files: for a run on another CPU than the "
+        "tables' own, to paste beside them as printed",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
+        if args.print:
+            for name, body in bodies(load_summary(args.summary), args.blocks).items():
+                print(f"{name} ({args.summary}):\n\n{body}\n")
+            return
         for path in rewrite(load_summary(args.summary), args.root, args.blocks):
             print(f"rewrote the generated tables in {path}")
     except (ValueError, KeyError, FileNotFoundError) as err:

@@ -160,6 +160,23 @@ def test_a_make_capstone_long_run_rewrites_its_own_block_with_the_arithmetic_and
            "took 8.2 min (-2%)." in text  # fmt: skip
 
 
+def test_print_shows_the_blocks_a_run_writes_and_rewrites_no_file(tmp_path, capsys):
+    # A run on another CPU than the tables' own is printed, to paste beside them; the files keep theirs.
+    (tmp_path / "docs").mkdir()
+    for relative in ("README.md", "docs/teachers.md"):
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_capstone_summary(None)))
+    main([str(path), "--root", str(tmp_path), "--print"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"capstone ({path}):\n\n") and "ended at 20.7 min with 0.700" in out
+    for relative in ("README.md", "docs/teachers.md"):
+        assert (tmp_path / relative).read_text() == (ROOT / relative).read_text()
+    with pytest.raises(SystemExit) as refused:  # a block this run cannot write is refused, as without it
+        main([str(path), "--print", "--blocks", "results"])
+    assert refused.value.code == 2 and "this run writes only capstone" in capsys.readouterr().err
+
+
 # The records every lesson made in one `make run` at the classroom defaults (2026-11-27, the brief's AMD
 # EPYC), kept to what the generated blocks read; the capstone's as a budgeted run records them.
 RECORDS = json.loads((Path(__file__).parent / "make_run_records.json").read_text())
