@@ -85,6 +85,16 @@ def test_the_capstone_curve_is_the_same_in_both_files_and_states_its_run():
     assert reached and all(CHANCE + 0.02 < values[0] <= 1 for values in reached)
 
 
+DOCUMENTS = sorted({relative for targets in TARGETS.values() for relative in targets})
+
+
+def copy_documents(root: Path) -> None:
+    """The committed README and teacher's guide under `root`, for the command to rewrite."""
+    (root / "docs").mkdir()
+    for relative in DOCUMENTS:
+        shutil.copy(ROOT / relative, root / relative)
+
+
 def _capstone_summary(minutes, sides=None) -> dict:
     ends = (4.3, 8.4, 12.5, 16.6, 20.7)
     curve = [{"epoch": i + 1, "minutes": m, "accuracy": 0.5 + 0.05 * i} for i, m in enumerate(ends)]
@@ -102,9 +112,7 @@ def _capstone_summary(minutes, sides=None) -> dict:
 
 
 def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, capsys):
-    (tmp_path / "docs").mkdir()
-    for relative in ("README.md", "docs/teachers.md"):
-        shutil.copy(ROOT / relative, tmp_path / relative)
+    copy_documents(tmp_path)
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(_capstone_summary(None)))
     main([str(path), "--root", str(tmp_path)])
@@ -139,9 +147,7 @@ def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, cap
 
 
 def test_a_make_capstone_long_run_rewrites_its_own_block_with_the_arithmetic_and_the_time_left(tmp_path):
-    (tmp_path / "docs").mkdir()
-    for relative in ("README.md", "docs/teachers.md"):
-        shutil.copy(ROOT / relative, tmp_path / relative)
+    copy_documents(tmp_path)
     summary = {**_capstone_summary(None, sides=[16, 24, 32, 32, 32]), "recipe": "capstone-long"}
     records = summary["notebooks"][0]["records"]
     rates = {"float32, XLA off": 500.0, "mixed_bfloat16, XLA off": 680.0}
@@ -162,15 +168,13 @@ def test_a_make_capstone_long_run_rewrites_its_own_block_with_the_arithmetic_and
 
 def test_print_shows_the_blocks_a_run_writes_and_rewrites_no_file(tmp_path, capsys):
     # A run on another CPU than the tables' own is printed, to paste beside them; the files keep theirs.
-    (tmp_path / "docs").mkdir()
-    for relative in ("README.md", "docs/teachers.md"):
-        shutil.copy(ROOT / relative, tmp_path / relative)
+    copy_documents(tmp_path)
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(_capstone_summary(None)))
     main([str(path), "--root", str(tmp_path), "--print"])
     out = capsys.readouterr().out
     assert out.startswith(f"capstone ({path}):\n\n") and "ended at 20.7 min with 0.700" in out
-    for relative in ("README.md", "docs/teachers.md"):
+    for relative in DOCUMENTS:
         assert (tmp_path / relative).read_text() == (ROOT / relative).read_text()
     with pytest.raises(SystemExit) as refused:  # a block this run cannot write is refused, as without it
         main([str(path), "--print", "--blocks", "results"])
@@ -197,9 +201,7 @@ def _series_summary(**changes) -> dict:
 
 
 def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_run(tmp_path, capsys):
-    (tmp_path / "docs").mkdir()
-    for relative in {relative for targets in TARGETS.values() for relative in targets}:
-        shutil.copy(ROOT / relative, tmp_path / relative)
+    copy_documents(tmp_path)
     summary = _series_summary()
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
@@ -229,9 +231,7 @@ def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_r
 
 
 def test_the_guide_shows_learners_every_lesson_figure_from_the_run(tmp_path):
-    (tmp_path / "docs").mkdir()
-    for relative in {relative for targets in TARGETS.values() for relative in targets}:
-        shutil.copy(ROOT / relative, tmp_path / relative)
+    copy_documents(tmp_path)
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(_series_summary()))
     main([str(path), "--root", str(tmp_path), "--blocks", "learners"])
@@ -291,9 +291,7 @@ def test_lesson_14s_block_is_the_same_in_both_files_and_reads_as_the_lesson_does
 
 
 def test_a_run_of_lesson_14_alone_rewrites_only_its_block_from_its_records(tmp_path):
-    (tmp_path / "docs").mkdir()
-    for relative in {relative for targets in TARGETS.values() for relative in targets}:
-        shutil.copy(ROOT / relative, tmp_path / relative)
+    copy_documents(tmp_path)
     summary = {**_series_summary(), "overrides": {}}
     defaults = {"REPEATS": 3, "BENCH_STEPS": 5, "TARGET_ACCURACY": 0.4}
     summary["notebooks"] = [{"notebook": "14_pinned_workers.ipynb", "seconds": 95.0, "peak_rss_mb": 2000,
