@@ -663,6 +663,11 @@ def _(records: dict, p: dict) -> None:
         # The plan fits the budget, unless even one batch an epoch does not (a tiny budget's timing alone)
         assert budget["predicted_minutes"] <= p["MINUTES"] or images == p["BATCH_SIZE"]
         assert records["budget_used"]["minutes"] > records["budget_used"]["training"] > 0
+        # The plan counts each side's step traced once, and again after the whitening bias froze (the step
+        # without its gradient): here epochs 1-3 trace 16, 24 and 32, epoch 4 traces 32 anew.
+        sides, frozen = records["sides"], min(p["WHITENING_BIAS_EPOCHS"], p["EPOCHS"])
+        counts = {str(side): (side in sides[:frozen]) + (side in sides[frozen:]) for side in sides}
+        assert budget["traces"] == pytest.approx({s: counts[s] * t for s, t in budget["tracing"].items()})
     assert records["after_last_test_seconds"] >= 0  # fit's return, never before its last test
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
@@ -1182,9 +1187,10 @@ ISSUES_HERE = {
     "keras#21069": {"not reproduced"},  # fixed in Keras 3.10.0 (keras#21148)
     # The tutorial as written: a hang or keras#19246's placeholder error, from one run to the next.
     "tensorflow#72686": {"reproduced (a hang)", "fails instead of hanging"},
-    # No hang: the worker whose files ran out gets empty batches, and oneDNN's convolution gives an
-    # empty batch the input's shape (below), which fails the next layer.
-    "tensorflow#37112": {"other failure"},
+    # No hang: the worker whose files ran out gets empty batches. Where oneDNN's convolution gives an
+    # empty batch the input's shape (on the AVX-512 CPUs here), the next layer fails that worker; where it
+    # gives the right one (an AVX2-only AMD EPYC, 2026-11-28), every worker ends together. Checked below.
+    "tensorflow#37112": {"other failure", "not reproduced"},
     "keras#20998": {"not testable here"},
 }
 
@@ -1229,7 +1235,9 @@ def _(records: dict, p: dict) -> None:
     for name, status in ISSUES_HERE.items():
         assert issues[name]["status"] in status, (name, issues[name])
     shape = records["empty_batch_conv"]
-    assert shape["shape"] == [0, 32, 32, 3] != shape["expected"] == [0, 30, 30, 8]
+    assert shape["expected"] == [0, 30, 30, 8] and shape["shape"] in ([0, 32, 32, 3], shape["expected"])
+    wrong = shape["shape"] != shape["expected"]  # the empty batch's shape decides the uneven job's end
+    assert issues["tensorflow#37112"]["status"] == ("other failure" if wrong else "not reproduced")
     details = records["issue_details"]
     assert details["72686"]["built first"].startswith("first step loss")
     drills = records["drills"]
