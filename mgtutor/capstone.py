@@ -155,25 +155,31 @@ def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, wh
     return model
 
 
-def race_arithmetic(build, images, labels, choices, rounds: int = 3) -> dict:
-    """Each (precision, xla) of `choices`: a model from `build()` trained on one batch, `rounds` timed rounds
-    of one step, the choices in turn so that a change in the machine's pace slows all alike. Per choice: the
-    median images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's images/s."""
+def one_step_rate(model: keras.Model, images, labels) -> float:
+    """One training step of `model` on the batch: its images per second."""
+    started = time.perf_counter()
+    model.train_on_batch(images, labels)
+    return len(images) / (time.perf_counter() - started)
+
+
+def race_arithmetic(build, images, labels, choices, rounds: int = 3, keep_above: float = 0.5) -> dict:
+    """Each (precision, xla) of `choices`: a model from `build()` trained on one batch; after a warm-up round,
+    `rounds` timed rounds of one step, the choices in turn (a change of the machine's pace slows all alike),
+    bar those under `keep_above` of the fastest's warm-up pace, whose one round is their warm-up. Per choice:
+    the median images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's rate."""
     models, first = {}, {}
     for precision, xla in choices:
         keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
         models[precision, xla] = model = build()
         model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True))
-        started = time.perf_counter()
-        model.train_on_batch(images, labels)
-        first[precision, xla] = time.perf_counter() - started
-    rates = {choice: [] for choice in models}
-    for round_ in range(rounds + 1):  # round 0 is a warm-up, not timed, as a benchmark's first steps
-        for choice, model in models.items():
-            started = time.perf_counter()
-            model.train_on_batch(images, labels)
-            rates[choice] += [len(images) / (time.perf_counter() - started)] if round_ else []
+        first[precision, xla] = len(images) / one_step_rate(model, images, labels)  # seconds
+    warm_up = {choice: one_step_rate(model, images, labels) for choice, model in models.items()}
+    kept = [choice for choice in models if warm_up[choice] >= keep_above * max(warm_up.values())]
+    rates = {choice: [] if choice in kept else [warm_up[choice]] for choice in models}
+    for _ in range(rounds):  # the slowest choice's rounds would cost the most
+        for choice in kept:
+            rates[choice].append(one_step_rate(models[choice], images, labels))
     medians = {choice: float(np.median(each)) for choice, each in rates.items()}
     return {c: (medians[c], max(0.0, first[c] - len(images) / medians[c]), rates[c]) for c in models}
 

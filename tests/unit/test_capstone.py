@@ -328,7 +328,7 @@ def test_race_arithmetic_times_the_choices_in_turn_each_in_its_format():
 
     choices = [("float32", False), ("mixed_bfloat16", False)]
     try:
-        timed = race_arithmetic(build, x, y, choices, rounds=3)
+        timed = race_arithmetic(build, x, y, choices, rounds=3, keep_above=0.0)  # both timed every round
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"  # the last choice's
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -337,6 +337,42 @@ def test_race_arithmetic_times_the_choices_in_turn_each_in_its_format():
     assert list(timed) == choices
     for rate, tracing, rounds in timed.values():
         assert len(rounds) == 3 and min(rounds) > 0 and rate == float(np.median(rounds)) and tracing >= 0
+
+
+def test_race_arithmetic_times_a_choice_far_behind_in_its_warm_up_no_more():
+    import time
+
+    import keras
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(32, 8)).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
+    steps = []
+
+    def build():  # the bfloat16 model's every step takes 0.2 s more: far slower than a float32 step here
+        made = keras.mixed_precision.global_policy().name
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
+            "linear", dtype="float32")])  # fmt: skip
+        train = model.train_on_batch
+
+        def step(*args, **kwargs):
+            steps.append(made)
+            time.sleep(0.2 if made == "mixed_bfloat16" else 0)
+            return train(*args, **kwargs)
+
+        model.train_on_batch = step
+        return model
+
+    choices = [("float32", False), ("mixed_bfloat16", False)]
+    try:
+        timed = race_arithmetic(build, x, y, choices, rounds=3, keep_above=0.5)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # a first step each and the warm-up round for both; then the timed rounds for float32 alone
+    assert steps == ["float32", "mixed_bfloat16"] * 2 + ["float32"] * 3
+    (fast, _, fast_rounds), (slow, _, slow_rounds) = timed["float32", False], timed["mixed_bfloat16", False]
+    assert len(fast_rounds) == 3 and fast == float(np.median(fast_rounds))
+    assert len(slow_rounds) == 1 and slow == slow_rounds[0] < 32 / 0.2 < 0.5 * fast  # its warm-up's rate
 
 
 def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
