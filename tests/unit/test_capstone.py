@@ -288,23 +288,44 @@ def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
     assert max(relative) < 1e-3
 
 
+def _toy_batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(32, 8)).astype(np.float32), np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
+
+
+def _logged_build(steps: list[str], slow_bfloat16: float = 0.0):
+    """A small Dense model's builder whose every training step logs the format it was made in (and, for
+    `mixed_bfloat16`, sleeps `slow_bfloat16` s more: a choice far behind the other)."""
+    import time
+
+    import keras
+
+    def build():
+        made = keras.mixed_precision.global_policy().name
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
+            "linear", dtype="float32")])  # fmt: skip
+        train = model.train_on_batch
+
+        def step(*args, **kwargs):
+            steps.append(made)
+            time.sleep(slow_bfloat16 if made == "mixed_bfloat16" else 0)
+            return train(*args, **kwargs)
+
+        model.train_on_batch = step
+        return model
+
+    return build
+
+
 def test_step_rate_times_the_step_in_the_format_asked_and_leaves_it_set():
     import keras
 
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=(32, 8)).astype(np.float32)
-    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
-    made = []
-
-    def build():
-        made.append(keras.mixed_precision.global_policy().name)  # each probe made under its format
-        return keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
-            "linear", dtype="float32")])  # fmt: skip
-
+    x, y = _toy_batch(5)
+    steps = []
     try:
         for precision in ("float32", "mixed_bfloat16"):
-            rate, tracing = step_rate(build, x, y, precision, xla=False, steps=2)
-            assert rate > 0 and tracing >= 0 and made[-1] == precision
+            rate, tracing = step_rate(_logged_build(steps), x, y, precision, xla=False, steps=2)
+            assert rate > 0 and tracing >= 0 and steps[-1] == precision  # the probe made under its format
             assert keras.mixed_precision.global_policy().name == precision  # for the model to come
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -313,22 +334,11 @@ def test_step_rate_times_the_step_in_the_format_asked_and_leaves_it_set():
 def test_race_arithmetic_times_the_choices_in_turn_each_in_its_format():
     import keras
 
-    rng = np.random.default_rng(7)
-    x = rng.normal(size=(32, 8)).astype(np.float32)
-    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
+    x, y = _toy_batch(7)
     steps = []  # (the format the model was made in), in the order the steps ran
-
-    def build():
-        made = keras.mixed_precision.global_policy().name
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
-            "linear", dtype="float32")])  # fmt: skip
-        train = model.train_on_batch
-        model.train_on_batch = lambda *a, **k: (steps.append(made), train(*a, **k))[1]
-        return model
-
     choices = [("float32", False), ("mixed_bfloat16", False)]
     try:
-        timed = race_arithmetic(build, x, y, choices, rounds=3, keep_above=0.0)  # both timed every round
+        timed = race_arithmetic(_logged_build(steps), x, y, choices, rounds=3, keep_above=0.0)  # all rounds
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"  # the last choice's
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -340,31 +350,13 @@ def test_race_arithmetic_times_the_choices_in_turn_each_in_its_format():
 
 
 def test_race_arithmetic_times_a_choice_far_behind_in_its_warm_up_no_more():
-    import time
-
     import keras
 
-    rng = np.random.default_rng(8)
-    x = rng.normal(size=(32, 8)).astype(np.float32)
-    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
-    steps = []
-
-    def build():  # the bfloat16 model's every step takes 0.2 s more: far slower than a float32 step here
-        made = keras.mixed_precision.global_policy().name
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Activation(
-            "linear", dtype="float32")])  # fmt: skip
-        train = model.train_on_batch
-
-        def step(*args, **kwargs):
-            steps.append(made)
-            time.sleep(0.2 if made == "mixed_bfloat16" else 0)
-            return train(*args, **kwargs)
-
-        model.train_on_batch = step
-        return model
-
+    x, y = _toy_batch(8)
+    steps = []  # the bfloat16 model's every step takes 0.2 s more: far slower than a float32 step here
     choices = [("float32", False), ("mixed_bfloat16", False)]
     try:
+        build = _logged_build(steps, slow_bfloat16=0.2)
         timed = race_arithmetic(build, x, y, choices, rounds=3, keep_above=0.5)
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -1,5 +1,5 @@
-"""mgtutor.classroom.preflight (`make check`): real runs of the checklist, red with data missing and a port
-taken, green on this set-up; the known-bad version table checked line by line."""
+"""mgtutor.classroom.preflight (`make check`): its lines red with data missing and a port taken; a real run
+of the whole checklist, green on this set-up; the known-bad version table checked line by line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from mgtutor.classroom import preflight
+from mgtutor.support.checklist import format_checklist
 from tests.conftest import ROOT
 
 
@@ -48,27 +49,32 @@ def test_the_jax_version_is_reported_and_its_absence_fails():
     assert not missing.ok and missing.fix == "make setup"
 
 
-@pytest.mark.slow
-def test_data_missing_and_a_port_taken_fail_naming_the_fix(tmp_path):
+def test_data_missing_and_a_port_taken_fail_naming_the_fix(monkeypatch, tmp_path, capsys):
+    # The failing lines alone, as run_checks makes and main prints them: the timed steps are the good
+    # set-up's test below, so this one costs none of their minutes
     empty = tmp_path / "nothing"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "MGTUTOR_DATA_DIR"}
-    env.update(MGTUTOR_OFFLINE="1", KERAS_HOME=str(empty), MGTUTOR_DATA_DIR=str(empty))
+    for name, value in (("MGTUTOR_OFFLINE", "1"), ("KERAS_HOME", empty), ("MGTUTOR_DATA_DIR", empty)):
+        monkeypatch.setenv(name, str(value))
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = _run("--ports", str(port), env=env)
-    assert done.returncode == 1, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+        checks = [*preflight.check_data(allow_synthetic=False), preflight.check_ports([port])]
+    checks.append(preflight.check_isolation())
+    assert preflight.failed(checks)
+    shown = format_checklist(checks, colour=False)
+    lines = shown.splitlines()
     assert any(line.startswith("FAIL  data cifar10: not found") for line in lines)
     assert any(line.startswith("WARN  data cifar10, whole: not here") for line in lines)  # capstone only
     assert any(line.startswith("FAIL  ports:") and str(port) in line for line in lines)
-    assert "python -m mgtutor.classroom.datakit download --to DIR" in done.stdout
-    assert f"lsof -i :{port}" in done.stdout
+    assert "python -m mgtutor.classroom.datakit download --to DIR" in shown
+    assert f"lsof -i :{port}" in shown
     isolation = "  ok  network isolation: notebook 10's workers run in a private network namespace"
     assert any(line.startswith(isolation) for line in lines)  # this machine (and CI): root on Linux
-    assert "preflight FAILED" in done.stdout
+    with pytest.raises(SystemExit):  # a port that cannot be one is refused before any check runs
+        preflight.main(["--ports", "0", "70000"])
+    assert "--ports: [0, 70000] are not ports (1-65535)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
