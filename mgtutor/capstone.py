@@ -162,17 +162,25 @@ def one_step_rate(model: keras.Model, images, labels) -> float:
     return len(images) / (time.perf_counter() - started)
 
 
-def race_arithmetic(build, images, labels, choices, rounds: int = 3, keep_above: float = 0.5) -> dict:
-    """Each (precision, xla) of `choices`: a model from `build()` trained on one batch; after a warm-up round,
-    `rounds` timed rounds of one step, the choices in turn (a change of the machine's pace slows all alike),
-    bar those under `keep_above` of the fastest's warm-up pace, whose one round is their warm-up. Per choice:
-    the median images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's rate."""
+def compile_plain(model: keras.Model, xla: bool) -> None:
+    """Plain SGD and cross-entropy: a step to time where training's own compile is not at hand."""
+    model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
+                  loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+
+
+def race_arithmetic(build, images, labels, choices, rounds: int = 3, keep_above: float = 0.5,
+                    compile_model=compile_plain) -> dict:
+    """Each (precision, xla) of `choices`: a model from `build()`, compiled by `compile_model(model, xla)` as
+    training will be (its first step then traces what training's will), trained on one batch; after a warm-up
+    round, `rounds` timed rounds of one step, the choices in turn (a change of the machine's pace slows all
+    alike), bar those under `keep_above` of the fastest's warm-up pace, whose one round is their warm-up. Per
+    choice: the median images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's
+    rate."""
     models, first = {}, {}
     for precision, xla in choices:
         keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
         models[precision, xla] = model = build()
-        model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla,
-                      loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+        compile_model(model, xla)
         first[precision, xla] = len(images) / one_step_rate(model, images, labels)  # seconds
     warm_up = {choice: one_step_rate(model, images, labels) for choice, model in models.items()}
     kept = [choice for choice in models if warm_up[choice] >= keep_above * max(warm_up.values())]
@@ -184,10 +192,12 @@ def race_arithmetic(build, images, labels, choices, rounds: int = 3, keep_above:
     return {c: (medians[c], max(0.0, first[c] - len(images) / medians[c]), rates[c]) for c in models}
 
 
-def step_rate(build, images, labels, precision: str, xla: bool, steps: int = 3) -> tuple[float, float]:
+def step_rate(build, images, labels, precision: str, xla: bool, steps: int = 3,
+              compile_model=compile_plain) -> tuple[float, float]:
     """One choice alone: its images/s over `steps` steps, and its first step's extra seconds. Leaves the
     global policy at `precision`, for the model to come."""
-    return race_arithmetic(build, images, labels, [(precision, xla)], rounds=steps)[precision, xla][:2]
+    timed = race_arithmetic(build, images, labels, [(precision, xla)], steps, compile_model=compile_model)
+    return timed[precision, xla][:2]
 
 
 @keras.saving.register_keras_serializable(package="capstone")

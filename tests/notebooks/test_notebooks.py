@@ -660,6 +660,9 @@ def _(records: dict, p: dict) -> None:
         assert p["BATCH_SIZE"] <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
         images, tested = budget["images_per_epoch"], budget["test_images"]
         assert min(p["BATCH_SIZE"], p["TEST_SAMPLES"]) <= tested <= p["TEST_SAMPLES"]
+        # whole batches, as the stream trains and the test runs them, or every image there is
+        assert images % p["BATCH_SIZE"] == 0 or images == p["TRAIN_SAMPLES"]
+        assert tested % p["BATCH_SIZE"] == 0 or tested == p["TEST_SAMPLES"]
         # The plan fits the budget, unless even one batch an epoch does not (a tiny budget's timing alone)
         assert budget["predicted_minutes"] <= p["MINUTES"] or images == p["BATCH_SIZE"]
         assert records["budget_used"]["minutes"] > records["budget_used"]["training"] > 0

@@ -367,6 +367,33 @@ def test_race_arithmetic_times_a_choice_far_behind_in_its_warm_up_no_more():
     assert len(slow_rounds) == 1 and slow == slow_rounds[0] < 32 / 0.2 < 0.5 * fast  # its warm-up's rate
 
 
+def test_race_arithmetic_compiles_each_model_as_training_will():
+    import keras
+
+    x, y = _toy_batch(9)
+    steps, compiled = [], []
+
+    def compile_for_training(model, xla):  # as the lesson's: Nesterov momentum, weight decay, a metric
+        compiled.append(xla)
+        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.85, nesterov=True, weight_decay=0.009),
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2),
+                      metrics=["accuracy"], jit_compile=xla)  # fmt: skip
+
+    models = []
+
+    def build():
+        models.append(_logged_build(steps)())
+        return models[-1]
+
+    choices = [("float32", False), ("float32", True)]
+    timed = race_arithmetic(build, x, y, choices, 2, keep_above=0.0, compile_model=compile_for_training)
+    assert compiled == [False, True] and list(timed) == choices  # once each, with its choice's compiler
+    for model, (_, xla) in zip(models, choices, strict=True):
+        assert model.optimizer.momentum == 0.85 and model.optimizer.nesterov and model.jit_compile == xla
+        assert int(model.optimizer.iterations) == 4  # its first step, the warm-up and 2 rounds, all with it
+    assert all(rate > 0 for rate, _, _ in timed.values())
+
+
 def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
     import keras
 
