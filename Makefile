@@ -35,7 +35,7 @@ PARAMETERS = $(filter-out $(OWN_VARIABLES),$(foreach v,$(COMMAND_LINE_VARIABLES)
 NOT_PARAMETERS = $(filter-out $(OWN_VARIABLES) $(PARAMETERS),$(COMMAND_LINE_VARIABLES))
 PARAMETER_ARGS = $(foreach v,$(PARAMETERS),-p $(v) $(call _shell_quote,$(value $(v))))
 
-.PHONY: setup run capstone capstone-long test test-all check lab lint lesson-code clean reset wheelhouse
+.PHONY: setup run capstone capstone-long test test-all check lab lint lesson-code clean reset wheelhouse cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -110,3 +110,12 @@ reset:
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# A real two-node Slurm cluster on this machine (cluster/slurm/local_cluster.sh): network and hostname
+# namespaces node1 (10.213.0.1, CPU 0, head) and node2 (10.213.0.2, CPU 1). Both need root:
+# `sudo make cluster-up`, then `sudo cluster/slurm/local_cluster.sh exec sinfo`; `sudo make cluster-down`.
+cluster-up:
+	bash cluster/slurm/local_cluster.sh up
+
+cluster-down:
+	bash cluster/slurm/local_cluster.sh down
