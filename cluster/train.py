@@ -63,8 +63,8 @@ def load_source(source: str):
         def make(n):
             y = rng.integers(0, 10, n)
             x = rng.normal(110, 30, (n, 32, 32, 3))
-            x[..., y % 3] += 60
-            x[np.arange(n), (y * 3) % 32] += 80
+            x[np.arange(n), :, :, y % 3] += 60  # the class's colour
+            x[np.arange(n), (y * 3) % 32] += 80  # and its row
             return np.clip(x, 0, 255).astype(np.uint8), y
         return (*make(2048), *make(512))
     if source == "keras":  # needs the internet once
@@ -167,27 +167,32 @@ class Stream:
 def build_model(name: str, shape, classes: int, seed: int):
     import keras
     from keras import layers
-    keras.utils.set_random_seed(seed)  # every process starts from the same weights
+    # Seeded initializers: every process draws the same first weights. (keras.utils.set_random_seed
+    # would do it too, but it starts TensorFlow, which the JAX route must not need.)
+    seeds = iter(range(1000 * seed, 1000 * seed + 1000))
+
+    def seeded(**kwargs):
+        return {**kwargs, "kernel_initializer": keras.initializers.GlorotUniform(next(seeds))}
     inputs = keras.Input(tuple(shape))
     if name == "seed":  # Keras' cifar10_cnn, the seed tutorial's model, without its Dropout (see README)
         x = inputs
         for width in (32, 64):
-            x = layers.Conv2D(width, 3, padding="same", activation="relu")(x)
-            x = layers.Conv2D(width, 3, activation="relu")(x)
+            x = layers.Conv2D(width, 3, **seeded(padding="same", activation="relu"))(x)
+            x = layers.Conv2D(width, 3, **seeded(activation="relu"))(x)
             x = layers.MaxPooling2D()(x)
-        x = layers.Dense(512, activation="relu")(layers.Flatten()(x))
+        x = layers.Dense(512, **seeded(activation="relu"))(layers.Flatten()(x))
     elif name == "capstone":  # airbench's network with a learnt first layer; BatchNorm over all replicas
-        x = layers.Conv2D(24, 2, activation="gelu")(inputs)
+        x = layers.Conv2D(24, 2, **seeded(activation="gelu"))(inputs)
         for width in (64, 128, 128):
             for pool in (True, False):
-                x = layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
+                x = layers.Conv2D(width, 3, **seeded(padding="same", use_bias=False))(x)
                 x = layers.MaxPooling2D()(x) if pool else x
                 x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, synchronized=True)(x)
                 x = layers.Activation("gelu")(x)
         x = layers.GlobalMaxPooling2D()(x)
     else:
         raise SystemExit(f"--model {name!r}: give seed or capstone.")
-    return keras.Model(inputs, layers.Dense(classes)(x), name=f"{name}_cnn")  # logits
+    return keras.Model(inputs, layers.Dense(classes, **seeded())(x), name=f"{name}_cnn")  # logits
 
 
 def make_optimizer(cfg):
