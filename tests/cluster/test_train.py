@@ -150,7 +150,8 @@ def test_a_job_killed_mid_run_resumes_from_its_checkpoint_on_the_same_weights(sh
     straight = _run(tmp_path, shards, "straight", *args)
     assert straight.returncode == 0, straight.stderr[-2000:]
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    argv = [sys.executable, str(SCRIPT), "train", "--data", str(shards), "--out", str(tmp_path / "killed"), *args]
+    argv = [sys.executable, str(SCRIPT), "train", "--data", str(shards), "--out", str(tmp_path / "killed")]
+    argv += args
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=environment) as job:
         for line in job.stdout:
             if line.startswith("step 25/"):  # past the checkpoint of step 20, before the next
