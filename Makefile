@@ -93,7 +93,7 @@ lab: setup
 		--port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: setup
-	$(BIN)/ruff check mgtutor tests notebooks benchmarks tools
+	$(BIN)/ruff check mgtutor tests notebooks benchmarks tools cluster
 
 # One source: the package's copy of what a lesson writes out is generated from the lesson's #@save cells.
 lesson-code: setup
