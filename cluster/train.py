@@ -71,6 +71,8 @@ def load_source(source: str):
         import keras
         (xa, ya), (xb, yb) = keras.datasets.cifar10.load_data()
         return xa, ya, xb, yb
+    if not os.path.exists(source):
+        raise SystemExit(f"--source {source}: no such file or folder.")
     if source.endswith(".npz"):  # keras.datasets' layout: x_train, y_train, x_test, y_test
         with np.load(source) as f:
             return f["x_train"], f["y_train"], f["x_test"], f["y_test"]
@@ -187,7 +189,10 @@ def build_model(name: str, shape, classes: int, seed: int):
             for pool in (True, False):
                 x = layers.Conv2D(width, 3, **seeded(padding="same", use_bias=False))(x)
                 x = layers.MaxPooling2D()(x) if pool else x
-                x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, synchronized=True)(x)
+                # Moments over the global batch: TensorFlow must be told; under jit JAX does it already
+                # (and refuses the flag).
+                synchronized = keras.backend.backend() == "tensorflow"
+                x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, synchronized=synchronized)(x)
                 x = layers.Activation("gelu")(x)
         x = layers.GlobalMaxPooling2D()(x)
     else:

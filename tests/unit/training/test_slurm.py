@@ -230,3 +230,16 @@ def test_bad_input_names_the_parameter():
         cluster.submit("/nonexistent.sbatch")
     with pytest.raises(ValueError, match="state_dir"):
         slurm.up("")
+
+
+@pytest.mark.slow
+def test_link_sweep_fits_the_shaped_rate(cluster):
+    """At 100mbit (12.5 MB/s each way) the fitted beta is the shaped rate, within half; alpha is positive."""
+    from mgtutor.training import slurm_link
+
+    try:
+        fitted = slurm_link.sweep(cluster, "100mbit", sizes=(65536, 1 << 20, 4 << 20), repeats=3, timeout=300)
+    except slurm.ShapeUnavailable as err:
+        pytest.skip(f"the link cannot be shaped here: {err}")
+    assert fitted["alpha"] > 0
+    assert 0.5 * 12.5e6 < fitted["beta"] < 1.5 * 12.5e6, fitted
