@@ -381,6 +381,29 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 _IMAGE_VALUES = 32 * 32 * 3  # the MLP's input: a flattened CIFAR-10 image
 
 
+@_lesson("17_to_a_cluster")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    ok = all([_whole(p, "SHARDS", 2, "files per split; 2 replicas need 2 or more", problems),
+              _whole(p, "GLOBAL_BATCH", 2, "images per step over 2 replicas", problems),
+              _whole(p, "STEPS", 2, "optimizer steps", problems),
+              _whole(p, "CHECKPOINT_EVERY", 1, "steps between checkpoints", problems),
+              _whole(p, "LOG_EVERY", 1, "steps between printed losses", problems),
+              _whole(p, "KILL_AT_STEP", 1, "the printed step at which worker 1 is killed", problems)])
+    if not ok:
+        return {}
+    if p["GLOBAL_BATCH"] % 2:
+        problems.append(f"GLOBAL_BATCH={p['GLOBAL_BATCH']} must split over 2 replicas: give an even number.")
+    every, kill, steps = p["CHECKPOINT_EVERY"], p["KILL_AT_STEP"], p["STEPS"]
+    if kill % p["LOG_EVERY"] or not kill % every or not every <= kill < steps:
+        problems.append(
+            f"KILL_AT_STEP={kill} must be a step the script prints (a multiple of "
+            f"LOG_EVERY={p['LOG_EVERY']}), "
+            f"not a checkpoint step (a multiple of CHECKPOINT_EVERY={every}: the kill would race its save), "
+            f"after the first checkpoint and before the last step STEPS={steps}."
+        )
+    return {"resume_step": kill // every * every}
+
+
 @_lesson("13_sharding")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     devices = _whole(p, "N_DEVICES", 2, "the stages split arrays over the devices, so at least two", problems)

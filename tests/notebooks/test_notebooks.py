@@ -1276,3 +1276,28 @@ def _(records: dict, p: dict) -> None:
     assert ratios["gelu"] < 0.8 and ratios["relu"] > ratios["gelu"]  # GELU keeps more inside its layers
     fits = records["billion"]
     assert fits["DP"] is False and fits["ZeRO-3"] is True  # 16 bytes per parameter on paper: 160 GB
+
+
+@checks("17_to_a_cluster")
+def _(records: dict, p: dict) -> None:
+    assert records["script_lines"] > 100 and len(records["shard_counts"]) == p["SHARDS"]
+    assert set(records["accuracies"]) == {"one", "devices", "devices_1_thread", "workers"}
+    assert all(0.0 <= value <= 1.0 for value in records["accuracies"].values())
+    differences = records["differences"]
+    assert differences["workers"] == 0.0 and differences["devices_1_thread"] == 0.0  # one thread a replica
+    resume = records["resume"]
+    assert resume["saved_step"] == resume["resumed_from"] == p["KILL_AT_STEP"] // p["CHECKPOINT_EVERY"] * p[
+        "CHECKPOINT_EVERY"]
+    assert resume["difference"] == 0.0
+    assert math.isfinite(records["jax"]["difference"])
+    slurm = records["slurm"]
+    assert slurm.get("skipped") or slurm["exit"] != 0 or math.isfinite(slurm["difference"])
+
+
+@checks("17_to_a_cluster_solutions")
+def _(records: dict, p: dict) -> None:
+    assert math.isfinite(records["one_step"]["largest"])
+    three = records["three_shards"]
+    assert three["steps_per_epoch"] == min(three["sizes"]) // (p["GLOBAL_BATCH"] // 2)
+    refusal = records["refusal"]
+    assert refusal["returncode"] != 0 and "--shards 2 or more" in refusal["message"] and not refusal["wrote"]
