@@ -216,9 +216,14 @@ class TensorFlowRoute:
         self.tf = tf
         slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1
         if "TF_CONFIG" in os.environ or slurm:  # first, before TensorFlow starts its devices
-            resolver = (tf.distribute.cluster_resolver.TFConfigClusterResolver() if "TF_CONFIG" in os.environ
-                        else tf.distribute.cluster_resolver.SlurmClusterResolver(
-                            port_base=cfg.port, gpus_per_node=len(tf.config.list_physical_devices("GPU"))))
+            if "TF_CONFIG" in os.environ:
+                resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            else:  # tensorflow#51760: with no GPU, the defaults run nvidia-smi, gpus_per_node=0 divides by 0
+                gpus = len(tf.config.list_physical_devices("GPU"))
+                tasks = int(os.environ.get("SLURM_NTASKS_PER_NODE", 1))
+                resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+                    port_base=cfg.port, gpus_per_node=gpus or tasks, gpus_per_task=max(1, gpus // tasks),
+                    auto_set_gpu=gpus > 0)
             self.strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
             self.worker, self.workers = resolver.task_id, len(resolver.cluster_spec().as_dict()["worker"])
         else:
