@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 
 from mgtutor.training import slurm
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "cluster" / "train.py"
 
 # Not under pytest's tmp_path: munged runs as the munge user, which cannot enter root's 0700 folders.
 STATE_DIR = Path("/tmp/mgtutor-slurm-test")
@@ -249,3 +252,56 @@ def test_link_sweep_fits_the_shaped_rate(cluster):
         pytest.skip(f"the link cannot be shaped here: {err}")
     assert abs(fitted["alpha"]) < 0.05, fitted
     assert 0.5 * 12.5e6 < fitted["beta"] < 1.5 * 12.5e6, fitted
+
+
+def _train_job(cluster, out: Path, data: Path, *args: str, env: dict | None = None) -> str:
+    environment = {"MGTUTOR_ROOT": str(ROOT), "PYTHON": sys.executable, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    environment.update(env or {})
+    return cluster.submit(args=["--data", str(data), "--out", str(out), *args], env=environment,
+                          cwd=out.parent)  # fmt: skip
+
+
+def _weights(folder: Path) -> list:
+    import numpy as np
+
+    with np.load(folder / "weights.npz") as saved:
+        return [saved[f"v{i}"] for i in range(len(saved.files) - 1)]
+
+
+def _same(a: Path, b: Path) -> float:
+    import numpy as np
+
+    return max(float(np.max(np.abs(u - v))) for u, v in zip(_weights(a), _weights(b), strict=True))
+
+
+@pytest.mark.slow
+def test_the_script_on_two_nodes_trains_as_two_pinned_workers_and_a_killed_node_resumes_exactly(
+    cluster, tmp_path
+):
+    """cluster/train.py under sbatch (2 nodes x 1 task): the weights of 2 pinned local workers, 0.0
+    apart, on TensorFlow and on JAX; node2's task killed mid-run, the batch file's next attempt
+    resumes from the checkpoint and ends on the uninterrupted job's weights, 0.0 apart."""
+    from mgtutor.training.cluster import launch
+
+    subprocess.run([sys.executable, str(SCRIPT), "prepare", "--source", "synthetic", "--out",
+                    str(tmp_path / "data"), "--shards", "4"], check=True, capture_output=True)  # fmt: skip
+    for backend in ("tensorflow", "jax"):
+        args = ["--steps", "30", "--checkpoint_every", "10", "--log_every", "5", "--backend", backend]
+        local = launch([sys.executable, str(SCRIPT)], 2, cores_per_worker=1, timeout=600, stream=False,
+                       args=["train", "--data", str(tmp_path / "data"),
+                             "--out", str(tmp_path / f"local-{backend}"), *args])  # fmt: skip
+        assert local.ok, local
+        whole = _train_job(cluster, tmp_path / f"slurm-{backend}", tmp_path / "data", *args)
+        assert cluster.wait(whole, timeout=600) == "COMPLETED"
+        assert _same(tmp_path / f"local-{backend}", tmp_path / f"slurm-{backend}") == 0.0
+    killed = _train_job(cluster, tmp_path / "killed", tmp_path / "data", *args[:-2])  # TensorFlow
+    log = tmp_path / f"slurm-{killed}.out"
+    deadline = time.monotonic() + 300
+    while "step 15/" not in (log.read_text() if log.exists() else ""):  # past step 10's checkpoint
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no output"
+        time.sleep(0.2)
+    cluster.kill_task("node2")
+    assert cluster.wait(killed, timeout=600) == "COMPLETED"
+    text = log.read_text()
+    assert "attempt 2 of 3" in text and ("resumed from step 10" in text or "resumed from step 20" in text)
+    assert _same(tmp_path / "slurm-tensorflow", tmp_path / "killed") == 0.0
