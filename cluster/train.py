@@ -437,12 +437,12 @@ def train(cfg) -> None:
             start = int(saved["step"])
             route.put([saved[f"v{i}"] for i in range(len(saved.files) - 1)])
         print(f"{me}: resumed from step {start}", flush=True)
-    began = time.perf_counter()
+    clock, since = time.perf_counter(), start  # each log line times the steps since the last one
     for step in range(start, cfg.steps):
         loss = route.step([streams[r](step) for r in route.local])
         done = step + 1
         if done % cfg.log_every == 0 and route.worker == 0:
-            took = (time.perf_counter() - began) / (done - start)
+            took, clock, since = (time.perf_counter() - clock) / (done - since), time.perf_counter(), done
             print(f"step {done}/{cfg.steps}: loss {loss:.4f}, {took * 1000:.0f} ms a step", flush=True)
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             values = route.get()  # every process: on TensorFlow a read may be a collective
