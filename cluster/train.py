@@ -473,6 +473,11 @@ def main(argv=None) -> None:
     cfg = parser.parse_args(argv)
     if cfg.command == "prepare":
         return prepare(cfg.source, cfg.out, cfg.shards)
+    tasks = int(os.environ.get("SLURM_NTASKS", 1))
+    if tasks > 1 and "SLURM_STEP_ID" not in os.environ and "TF_CONFIG" not in os.environ:
+        raise SystemExit(f"this is the batch script of a Slurm job of {tasks} tasks, not one of its tasks: "
+                         "start train.py with srun (cluster/slurm/train.sbatch does); alone it would wait "
+                         "for its peers forever.")
     cfg.backend = cfg.backend or os.environ.get("KERAS_BACKEND", "tensorflow")
     if cfg.backend not in ("tensorflow", "jax"):
         raise SystemExit(f"--backend {cfg.backend!r}: give tensorflow or jax.")

@@ -305,3 +305,16 @@ def test_the_script_on_two_nodes_trains_as_two_pinned_workers_and_a_killed_node_
     text = log.read_text()
     assert "attempt 2 of 3" in text and ("resumed from step 10" in text or "resumed from step 20" in text)
     assert _same(tmp_path / "slurm-tensorflow", tmp_path / "killed") == 0.0
+
+
+@pytest.mark.slow
+def test_the_script_started_by_a_batch_file_without_srun_stops_at_once_naming_srun(cluster, tmp_path):
+    """The batch script runs on the first node only: started there, train.py would be 1 of 2 workers
+    and wait for the other forever (a job stuck after start-up, as in tensorflow#39336)."""
+    batch = tmp_path / "forgot_srun.sbatch"
+    batch.write_text(f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1\n{sys.executable} {SCRIPT} train "
+                     f"--data {tmp_path} --out {tmp_path / 'out'}\n")  # fmt: skip
+    job = cluster.submit(batch, cwd=tmp_path)
+    assert cluster.wait(job, timeout=120) == "FAILED"
+    said = (tmp_path / f"slurm-{job}.out").read_text()
+    assert "start train.py with srun" in said and not (tmp_path / "out").exists()
