@@ -71,29 +71,31 @@ def load_source(source: str):
         import keras
         (xa, ya), (xb, yb) = keras.datasets.cifar10.load_data()
         return xa, ya, xb, yb
+    if not source.endswith((".npz", ".tar.gz", "cifar-10-batches-py")):
+        raise SystemExit(f"--source {source!r}: give a .npz (keras layout), CIFAR-10's .tar.gz or its "
+                         "cifar-10-batches-py folder, 'keras' (downloads) or 'synthetic'.")
     if not os.path.exists(source):
         raise SystemExit(f"--source {source}: no such file or folder.")
     if source.endswith(".npz"):  # keras.datasets' layout: x_train, y_train, x_test, y_test
         with np.load(source) as f:
             return f["x_train"], f["y_train"], f["x_test"], f["y_test"]
-    if source.endswith((".tar.gz", "cifar-10-batches-py")):  # CIFAR-10's python archive or folder
-        import pickle
-        import tarfile
-        def batches(names):
-            for name in names:
-                if os.path.isdir(source):
-                    with open(os.path.join(source, name), "rb") as f:
-                        yield pickle.load(f, encoding="bytes")
-                else:
-                    with tarfile.open(source) as tar:
-                        yield pickle.load(tar.extractfile(f"cifar-10-batches-py/{name}"), encoding="bytes")
-        def split(names):
-            parts = list(batches(names))
-            x = np.concatenate([p[b"data"] for p in parts]).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-            return x, np.concatenate([p[b"labels"] for p in parts])
-        return (*split([f"data_batch_{i}" for i in range(1, 6)]), *split(["test_batch"]))
-    raise SystemExit(f"--source {source!r}: give a .npz (keras layout), CIFAR-10's .tar.gz or its "
-                     "cifar-10-batches-py folder, 'keras' (downloads) or 'synthetic'.")
+    import pickle  # CIFAR-10's python archive or folder
+    import tarfile
+
+    def batches(names):
+        for name in names:
+            if os.path.isdir(source):
+                with open(os.path.join(source, name), "rb") as f:
+                    yield pickle.load(f, encoding="bytes")
+            else:
+                with tarfile.open(source) as tar:
+                    yield pickle.load(tar.extractfile(f"cifar-10-batches-py/{name}"), encoding="bytes")
+
+    def split(names):
+        parts = list(batches(names))
+        x = np.concatenate([p[b"data"] for p in parts]).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        return x, np.concatenate([p[b"labels"] for p in parts])
+    return (*split([f"data_batch_{i}" for i in range(1, 6)]), *split(["test_batch"]))
 
 
 def save_atomic(path: str, array: np.ndarray) -> None:
@@ -176,14 +178,14 @@ def build_model(name: str, shape, classes: int, seed: int):
     def seeded(**kwargs):
         return {**kwargs, "kernel_initializer": keras.initializers.GlorotUniform(next(seeds))}
     inputs = keras.Input(tuple(shape))
-    if name == "seed":  # Keras' cifar10_cnn, the seed tutorial's model, without its Dropout (see README)
+    if name == "seed":  # Keras' cifar10_cnn, the seed tutorial's model, less Dropout (masks differ by device)
         x = inputs
         for width in (32, 64):
             x = layers.Conv2D(width, 3, **seeded(padding="same", activation="relu"))(x)
             x = layers.Conv2D(width, 3, **seeded(activation="relu"))(x)
             x = layers.MaxPooling2D()(x)
         x = layers.Dense(512, **seeded(activation="relu"))(layers.Flatten()(x))
-    elif name == "capstone":  # airbench's network with a learnt first layer; BatchNorm over all replicas
+    else:  # capstone  # airbench's network with a learnt first layer; BatchNorm over all replicas
         x = layers.Conv2D(24, 2, **seeded(activation="gelu"))(inputs)
         for width in (64, 128, 128):
             for pool in (True, False):
@@ -195,14 +197,17 @@ def build_model(name: str, shape, classes: int, seed: int):
                 x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, synchronized=synchronized)(x)
                 x = layers.Activation("gelu")(x)
         x = layers.GlobalMaxPooling2D()(x)
-    else:
-        raise SystemExit(f"--model {name!r}: give seed or capstone.")
     return keras.Model(inputs, layers.Dense(classes, **seeded())(x), name=f"{name}_cnn")  # logits
 
 
 def make_optimizer(cfg):
     import keras
     return keras.optimizers.SGD(cfg.lr, momentum=cfg.momentum, nesterov=True)
+
+
+def all_variables(model, optimizer) -> list:
+    """What a checkpoint holds, in its order: the model's weights (trainable first), then the optimizer's."""
+    return [*model.trainable_variables, *model.non_trainable_variables, *optimizer.variables]
 
 # ---------------------------------------------------------------------------- TensorFlow
 
@@ -218,7 +223,7 @@ class TensorFlowRoute:
         if "TF_CONFIG" in os.environ or slurm:  # first, before TensorFlow starts its devices
             if "TF_CONFIG" in os.environ:
                 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-            else:  # tensorflow#51760: with no GPU, the defaults run nvidia-smi, gpus_per_node=0 divides by 0
+            else:  # with no GPU the defaults run nvidia-smi, and gpus_per_node=0 divides by zero
                 gpus = len(tf.config.list_physical_devices("GPU"))
                 tasks = int(os.environ.get("SLURM_NTASKS_PER_NODE", 1))
                 resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
@@ -280,14 +285,11 @@ class TensorFlowRoute:
         x, y, keep = ([b[i] for b in batches] for i in range(3))
         return self._correct(self._per_replica(x), self._per_replica(y), self._per_replica(keep)).numpy()
 
-    def variables(self):
-        return list(self.model.variables) + list(self.optimizer.variables)
-
     def get(self) -> list[np.ndarray]:
-        return [np.array(v.numpy()) for v in self.variables()]
+        return [np.array(v.numpy()) for v in all_variables(self.model, self.optimizer)]
 
     def put(self, values) -> None:
-        for v, value in zip(self.variables(), values, strict=True):
+        for v, value in zip(all_variables(self.model, self.optimizer), values, strict=True):
             v.assign(value)
 
     def sync_model(self) -> None:
@@ -322,7 +324,6 @@ class JaxRoute:
         self.optimizer.build(self.model.trainable_variables)
         mesh = distribution.device_mesh.backend_mesh
         self.split = NamedSharding(mesh, PartitionSpec(distribution.batch_dim_name))
-        self.whole = NamedSharding(mesh, PartitionSpec())
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         model, optimizer = self.model, self.optimizer
 
@@ -362,18 +363,12 @@ class JaxRoute:
         x, y, keep = (self._global([b[i] for b in batches]) for i in range(3))
         return np.asarray(self._count(self.state, x, y, keep))
 
-    def get(self) -> list[np.ndarray]:
-        trainable, fixed, slots = self.state
-        model_values = {id(v): a for v, a in zip(self.model.trainable_variables, trainable, strict=True)}
-        fixed_values = zip(self.model.non_trainable_variables, fixed, strict=True)
-        model_values.update({id(v): a for v, a in fixed_values})
-        ordered = [model_values[id(v)] for v in self.model.variables] + list(slots)
-        return [np.array(a.addressable_data(0)) for a in ordered]  # replicated: any local copy is whole
+    def get(self) -> list[np.ndarray]:  # replicated arrays: any local copy is the whole value
+        return [np.array(a.addressable_data(0)) for part in self.state for a in part]
 
     def put(self, values) -> None:
-        for v, value in zip(list(self.model.variables) + list(self.optimizer.variables), values, strict=True):
-            v.assign(self.jax.device_put(value, self.whole) if self.workers == 1 else
-                     self.jax.make_array_from_callback(value.shape, self.whole, lambda i, a=value: a[i]))
+        for v, value in zip(all_variables(self.model, self.optimizer), values, strict=True):
+            v.assign(value)  # onto every device of every process, as the distribution lays it out
         self.state = self._gather_state()
 
     def sync_model(self) -> None:
@@ -481,6 +476,8 @@ def main(argv=None) -> None:
     cfg.backend = cfg.backend or os.environ.get("KERAS_BACKEND", "tensorflow")
     if cfg.backend not in ("tensorflow", "jax"):
         raise SystemExit(f"--backend {cfg.backend!r}: give tensorflow or jax.")
+    if cfg.model not in ("seed", "capstone"):
+        raise SystemExit(f"--model {cfg.model!r}: give seed or capstone.")
     for key in ("steps", "global_batch", "checkpoint_every", "devices", "log_every"):
         if getattr(cfg, key) < 1:
             raise SystemExit(f"--{key} {getattr(cfg, key)}: give 1 or more.")

@@ -104,6 +104,7 @@ def test_prepare_reads_cifar10s_own_archive(data_dir, tmp_path):
         (["train", "--data", "nowhere"], "run `python train.py prepare` first"),
         (["train", "--steps", "0"], "--steps 0: give 1 or more"),
         (["train", "--backend", "torch"], "give tensorflow or jax"),
+        (["train", "--model", "resnet"], "give seed or capstone"),
         (["prepare", "--source", "what.csv"], "--source 'what.csv'"),
     ],
 )
