@@ -15,4 +15,6 @@
   the loopback-only network namespace its workers run in; `proctree`, a process and everything it
   started, killed alike everywhere; `pinning`, each worker on cores of its own (``cores_per_worker``),
   before TensorFlow starts.
+- `slurm`: a real two-node Slurm cluster on this machine (`cluster/slurm/local_cluster.sh`: network and
+  UTS namespaces joined by a veth), driven as a user on its head node would (lesson 17, its tests).
 """

@@ -10,7 +10,8 @@ from tests.conftest import ROOT
 
 def test_ruff_check_is_clean():
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "mgtutor", "tests", "notebooks", "benchmarks", "tools", "cluster"],
+        [sys.executable, "-m", "ruff", "check", "mgtutor", "tests", "notebooks", "benchmarks", "tools",
+         "cluster"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
