@@ -5,7 +5,7 @@ batch (or accumulation: k micro-batches, one all-reduce) buys back.
         [--steps 12] [--log-every 3] [--global-batch 64] [--repeats 2]
 
 Brings up the namespace cluster of `mgtutor.training.slurm` (node1 and node2, one core each, one
-veth pair), refusing with the reason where it cannot; runs `mgtutor.training.slurm_link.step_sweep`
+veth pair), refusing with the reason where it cannot; runs `mgtutor.speed.cluster_link.step_sweep`
 with the seed model of cluster/train.py on synthetic shards; prints one row per (link, k): the
 fitted alpha and beta, the measured step (median of the steady log windows and their range over
 every repeat), the predicted one (k x the one-core step at B/2 + the ring all-reduce of the
@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     sys.path.insert(0, str(ROOT))
+    from mgtutor.speed import cluster_link as slurm_link
     from mgtutor.support.system import cpu, describe_cpu
-    from mgtutor.training import slurm, slurm_link
+    from mgtutor.training import slurm
 
     reason = slurm.unavailable()
     if reason:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         # its nodes would stay allocated to them.
         shutil.rmtree(STATE_DIR, ignore_errors=True)
         started = time.perf_counter()
-        cluster = slurm.up(STATE_DIR)
+        cluster = slurm.start_cluster(STATE_DIR)
         try:
             up = time.perf_counter() - started
             rows = slurm_link.step_sweep(
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"seed model: {size / 4:,.0f} parameters, a {size / 1e6:.2f} MB gradient; B = {args.global_batch}, "
           f"{args.steps} steps a job, windows of {args.log_every} (the first dropped), {args.repeats} job(s) "
           f"per row")  # fmt: skip
-    print(slurm_link.format_table(rows))
+    print(slurm_link.format_link_table(rows))
     print(f"waited {waited:.0f} s for the lock; cluster up in {up:.0f} s; the sweep took {swept:.0f} s")
     return 0
 

@@ -53,6 +53,7 @@ _EXPORTS = {
     "weights_digest": "training.worker",
     "launch": "training.cluster",
     "doctor": "training.doctor",
+    "start_cluster": "training.slurm",
     "report_result": "support.processes",
     # saving and resuming
     "save_model": "saving",
@@ -66,6 +67,8 @@ _EXPORTS = {
     "scaling_study": "speed.study",
     "projected_scaling": "speed.amdahl",
     "pipeline_images_per_second": "speed.measure",
+    "step_sweep": "speed.cluster_link",
+    "format_link_table": "speed.cluster_link",
     "Throughput": "progress",
     "ProgressBar": "progress",
     # notebook plumbing and plots

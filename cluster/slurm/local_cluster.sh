@@ -5,7 +5,7 @@
 #   sudo cluster/slurm/local_cluster.sh exec sbatch -N2 cluster/slurm/train.sbatch --data ...
 #   sudo cluster/slurm/local_cluster.sh exec squeue
 #   sudo cluster/slurm/local_cluster.sh shape 1gbit        # or: shape off
-#   sudo cluster/slurm/local_cluster.sh status
+#   sudo cluster/slurm/local_cluster.sh status             # check: could `up` start one here?
 #   sudo cluster/slurm/local_cluster.sh down [STATE_DIR]
 #
 # Each node is a network namespace (mgt-node1, mgt-node2) plus a UTS namespace (its hostname,
@@ -42,10 +42,12 @@ node_ip() { echo "$SUBNET.${1#node}"; }          # node1 -> 10.213.0.1
 netns_of() { echo "$NETNS_PREFIX$1"; }           # node1 -> mgt-node1
 veth_of() { echo "${NETNS_PREFIX}veth${1#node}"; }  # node1 -> mgt-veth1
 
-state_dir() { echo "${1:-${MGTUTOR_SLURM_STATE:-$DEFAULT_STATE}}"; }
+# Absolute: the daemons change to / when they start, and read their files from there.
+state_dir() { realpath -m -- "${1:-${MGTUTOR_SLURM_STATE:-$DEFAULT_STATE}}"; }
 
 # The state dir remembers which STATE_DIR the last `up` used, so status/exec/shape need no argument.
 CURRENT_FILE=/run/mgtutor-slurm.state
+SPOOL=/run/mgtutor-slurm-spool
 current_state() {
     if [[ -n ${MGTUTOR_SLURM_STATE:-} ]]; then echo "$MGTUTOR_SLURM_STATE"
     elif [[ -f $CURRENT_FILE ]]; then cat "$CURRENT_FILE"
@@ -66,14 +68,17 @@ check_tools() {
 munge_works() { munge -n -S "$1" 2>/dev/null | unmunge -S "$1" >/dev/null 2>&1; }
 
 start_munge() {
-    local state=$1 dir=$1/munge
+    local state=$1 dir
     if munge_works "$DEFAULT_MUNGE_SOCKET"; then
         # Someone's munged (a system service) is running: use it, and leave it running at `down`.
         echo "$DEFAULT_MUNGE_SOCKET" >"$state/munge.socket-path"
         say "munge: reusing the running munged at $DEFAULT_MUNGE_SOCKET"
         return
     fi
-    mkdir -p "$dir"
+    # Its own folder under /tmp, not in STATE_DIR: munged runs as the munge user, which cannot reach a
+    # folder inside one only root may enter (a notebook's or a test's working folder).
+    dir=$(mktemp -d /tmp/mgtutor-munge.XXXXXX)
+    echo "$dir" >"$state/munge.dir"
     local key=/etc/munge/munge.key
     if [[ ! -r $key ]]; then
         # No system key: make one of our own, readable only by the munge user (munged checks that).
@@ -133,7 +138,10 @@ write_conf() {
     local state=$1 socket
     socket=$(cat "$state/munge.socket-path")
     local node
-    for node in "${NODES[@]}"; do mkdir -p "$state/$node/spool"; done
+    # The spools hold unix sockets, whose paths may not exceed 108 bytes: a short folder of their own,
+    # not STATE_DIR (a test's or a notebook's working folder can be long). One cluster at a time.
+    rm -rf "$SPOOL"
+    for node in "${NODES[@]}"; do mkdir -p "$state/$node" "$SPOOL/$node"; done
     mkdir -p "$state/ctld"
     cat >"$state/slurm.conf" <<EOF
 # Written by cluster/slurm/local_cluster.sh up; removed by down. Two namespaces on one machine.
@@ -173,7 +181,7 @@ StateSaveLocation=$state/ctld
 SlurmctldPidFile=$state/ctld/slurmctld.pid
 SlurmctldLogFile=$state/ctld/slurmctld.log
 # %n: each slurmd (slurmd -N nodeN) keeps its own spool, pid file and log.
-SlurmdSpoolDir=$state/%n/spool
+SlurmdSpoolDir=$SPOOL/%n
 SlurmdPidFile=$state/%n/slurmd.pid
 SlurmdLogFile=$state/%n/slurmd.log
 SlurmctldDebug=info
@@ -202,7 +210,7 @@ in_node() {
 start_slurm() {
     local state=$1 node cpu=0 i
     export SLURM_CONF=$state/slurm.conf
-    in_node node1 slurmctld -f "$SLURM_CONF" -i  # -i: ignore state of a previous run
+    in_node node1 slurmctld -f "$SLURM_CONF" -c  # -c: a clean start, no job of an earlier cluster
     for node in "${NODES[@]}"; do
         # taskset: this slurmd, its slurmstepds and every task they start run on one core only.
         in_node "$node" taskset -c "$cpu" slurmd -N "$node" -f "$SLURM_CONF"
@@ -226,14 +234,19 @@ head_exec() {
 }
 
 # ---------------------------------------------------------------- commands
-cmd_up() {
+# What `up` checks before it changes anything; alone (`check`), it says whether `up` would start.
+cmd_check() {
     need_root up
     check_tools
-    local state
-    state=$(state_dir "${1:-}")
     if ip netns list | grep -q "^$(netns_of node1)\b"; then
         die "a cluster is already up (netns $(netns_of node1) exists): run '$0 down' first"
     fi
+}
+
+cmd_up() {
+    cmd_check
+    local state
+    state=$(state_dir "${1:-}")
     mkdir -p "$state"
     echo "$state" >"$CURRENT_FILE"
     # Whatever fails from here on (a command under set -e, or die), `down` cleans up: every step
@@ -279,7 +292,10 @@ cmd_down() {
         kill_pidfile "$state/munged.started-by-us"
         rm -f "$state/munged.started-by-us"
     fi
-    rm -f "$state/slurm.conf" "$CURRENT_FILE"
+    if [[ -f $state/munge.dir ]]; then
+        rm -rf "$(cat "$state/munge.dir")" "$state/munge.dir"
+    fi
+    rm -rf "$state/slurm.conf" "$CURRENT_FILE" "$SPOOL"
     say "down: no mgt-node namespaces, no cluster daemons left ($state kept for its logs)"
 }
 
@@ -352,6 +368,7 @@ main() {
     (($# > 0)) && shift
     case $command in
         up) cmd_up "$@" ;;
+        check) cmd_check && say "check: a cluster can be made here" ;;
         down) cmd_down "$@" ;;
         status) cmd_status ;;
         exec) cmd_exec "$@" ;;

@@ -10,6 +10,7 @@ checks every lesson with it before the first one starts.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -401,6 +402,12 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
             f"not a checkpoint step (a multiple of CHECKPOINT_EVERY={every}: the kill would race its save), "
             f"after the first checkpoint and before the last step STEPS={steps}."
         )
+    rates = p.get("LINK_RATES")
+    if not isinstance(rates, list | tuple) or not rates or not all(
+        rate is None or (isinstance(rate, str) and re.fullmatch(r"\d+[kmg]?bit", rate)) for rate in rates
+    ):
+        problems.append(f"LINK_RATES={rates!r} must be a non-empty list of rates like '1gbit' or '100mbit' "
+                        "(None: the link unshaped).")
     return {"resume_step": kill // every * every}
 
 

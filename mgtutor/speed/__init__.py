@@ -5,5 +5,6 @@
 - `reading`: what the runs say (speed-up, efficiency, the bottleneck); plain arithmetic.
 - `figure`: `plot_scaling`, a reading drawn as it is; `amdahl`: `projected_scaling` for real GPUs.
 - `link`: lesson 14's link between pinned workers, fitted as latency + bytes / bandwidth, and the step
-  lesson 11's ring model predicts from it.
+  lesson 11's ring model predicts from it; `cluster_link`: the same between the two Slurm nodes of
+  `mgtutor.training.slurm` (lesson 17), shaped to a rate, and the 2-node step set beside its prediction.
 """

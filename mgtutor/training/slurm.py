@@ -5,7 +5,7 @@
 ``mgt-node2`` (node2, 10.213.0.2, CPU 1), joined by one veth pair that nothing else can reach.
 This module calls it and talks to Slurm the way a user on the head node would::
 
-    with slurm.up() as cluster:
+    with slurm.start_cluster() as cluster:
         job = cluster.submit("cluster/slurm/train.sbatch", ["--data", "d", "--out", "o"])
         cluster.kill_task("node2")          # a node's worker dies mid-run
         print(cluster.wait(job))            # COMPLETED: the batch file retried, the job resumed
@@ -102,7 +102,7 @@ def _script(*args: str, state_dir: Path, timeout: float = 120) -> subprocess.Com
     )
 
 
-def up(state_dir: str | os.PathLike = DEFAULT_STATE, timeout: float = 120) -> Cluster:
+def start_cluster(state_dir: str | os.PathLike = DEFAULT_STATE, timeout: float = 120) -> Cluster:
     """Starts the two-node cluster (both nodes idle when this returns); RuntimeError says why not."""
     if not str(state_dir):
         raise ValueError("state_dir must be a folder, not ''")
@@ -119,8 +119,10 @@ def up(state_dir: str | os.PathLike = DEFAULT_STATE, timeout: float = 120) -> Cl
 class Cluster:
     """The running cluster; every command runs on the head node, node1, where slurmctld listens."""
 
+    nodes = NODES
+
     def __init__(self, state_dir: Path):
-        self.state_dir = Path(state_dir)
+        self.state_dir = Path(state_dir).resolve()  # clients run from other folders
         self.conf = self.state_dir / "slurm.conf"
 
     def __enter__(self) -> Cluster:

@@ -16,6 +16,7 @@ below: a new notebook without one fails `test_every_notebook_has_checks`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import signal
@@ -128,7 +129,8 @@ QUICK_RUN_CHECKS: dict[str, Callable[[dict], None]] = {}
 JAX_CACHED = {"13_sharding"}
 # Offline only: the capstone trains on a budget of minutes, the path `make run` takes; on the real data
 # it trains fixed sizes, so that its accuracy is a claim.
-OFFLINE_ONLY = {"16_capstone": {"MINUTES": 0.1}}
+# Lesson 17's Slurm cluster runs once, in the run on the real data (about 100 s of each run's 170).
+OFFLINE_ONLY = {"16_capstone": {"MINUTES": 0.1}, "17_to_a_cluster": {"SLURM": False}}
 
 
 def checks(stem: str):
@@ -195,6 +197,18 @@ def check_offline(notebook: Path, records: dict, output: Path) -> None:
         assert "SYNTHETIC stand-in" in output.read_text()
 
 
+@contextlib.contextmanager
+def slurm_lock(stem: str):
+    """Lesson 17 makes the Slurm cluster, whose namespaces have fixed names: one at a time on the machine.
+    tests/unit/training/test_slurm.py holds the same lock while its cluster is up."""
+    if stem != "17_to_a_cluster":
+        yield
+        return
+    with open("/tmp/mgtutor-slurm-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", LESSONS, ids=[nb.stem for nb in NOTEBOOKS])
 def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypatch):
@@ -214,7 +228,7 @@ def test_lesson_offline_then_again_on_the_real_data(notebook, tmp_path, monkeypa
     quick = notebook.stem in QUICK_RUN_CHECKS
     offline = quick_run_parameters(notebook) if quick else parameters
     offline = {**offline, **OFFLINE_ONLY.get(notebook.stem, {})}
-    with kernel(cwd) as km:
+    with slurm_lock(notebook.stem), kernel(cwd) as km:
         records = execute(notebook, tmp_path / "offline.ipynb", offline, cwd, km)
         check(notebook, records, offline)
         check_offline(notebook, records, tmp_path / "offline.ipynb")
@@ -1281,7 +1295,7 @@ def _(records: dict, p: dict) -> None:
 @checks("17_to_a_cluster")
 def _(records: dict, p: dict) -> None:
     assert records["script_lines"] > 100 and len(records["shard_counts"]) == p["SHARDS"]
-    assert set(records["accuracies"]) == {"one", "devices", "devices_1_thread", "workers"}
+    assert set(records["accuracies"]) == {"devices", "devices_1_thread", "workers"}
     assert all(0.0 <= value <= 1.0 for value in records["accuracies"].values())
     differences = records["differences"]
     assert differences["workers"] == 0.0 and differences["devices_1_thread"] == 0.0  # one thread a replica
@@ -1289,9 +1303,23 @@ def _(records: dict, p: dict) -> None:
     assert resume["saved_step"] == resume["resumed_from"] == p["KILL_AT_STEP"] // p["CHECKPOINT_EVERY"] * p[
         "CHECKPOINT_EVERY"]
     assert resume["difference"] == 0.0
-    assert math.isfinite(records["jax"]["difference"])
-    slurm = records["slurm"]
-    assert slurm.get("skipped") or slurm["exit"] != 0 or math.isfinite(slurm["difference"])
+    assert records["jax"]["difference"] <= 1e-3  # float32 rounding grown by training: 8.3e-5 at 20 steps
+    accuracies = [*records["accuracies"].values(), *records["jax"]["accuracies"]]
+    assert min(accuracies) > 0.12  # chance is 0.1
+    slurm, failures = records["slurm"], records["failures"]
+    if slurm.get("skipped"):  # asked, or where no cluster can be made; CI runs as root with slurm-wlm
+        assert p["SLURM"] is False or not os.environ.get("CI"), f"CI runs the Slurm job: {slurm['skipped']}"
+        assert failures == {}
+        return
+    assert slurm["exit"] == 0 and slurm["difference"] == 0.0  # 2 nodes = 2 pinned workers, bit for bit
+    assert "start train.py with srun" in failures["no srun"]
+    assert "nvidia-smi" in failures["default resolver"]
+    link = {(row["rate"], row["k"]): row for row in records["link"]}
+    rates = ["unshaped" if rate is None else rate for rate in p["LINK_RATES"]]
+    assert sorted(link) == sorted((rate, k) for rate in rates for k in (1, 4))
+    for (rate, k), row in link.items():  # lesson 11's model within a factor 2 of the measured step
+        assert 0.5 < row["measured"] / row["predicted"] < 2, (rate, k, row)
+        assert row["comm_share"] < link[rate, 1]["comm_share"] or k == 1  # one all-reduce for k batches
 
 
 @checks("17_to_a_cluster_solutions")

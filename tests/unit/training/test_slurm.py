@@ -92,7 +92,7 @@ def cluster():
         fcntl.flock(lock, fcntl.LOCK_EX)  # another xdist worker's cluster goes down first
         if slurm.namespaces():
             pytest.fail(f"a cluster is already up ({slurm.namespaces()}): sudo make cluster-down")
-        made = slurm.up(STATE_DIR)
+        made = slurm.start_cluster(STATE_DIR)
         try:
             yield made
         finally:
@@ -232,7 +232,7 @@ def test_bad_input_names_the_parameter():
     with pytest.raises(ValueError, match="batch_file"):
         cluster.submit("/nonexistent.sbatch")
     with pytest.raises(ValueError, match="state_dir"):
-        slurm.up("")
+        slurm.start_cluster("")
 
 
 @pytest.mark.slow
@@ -242,7 +242,7 @@ def test_link_sweep_fits_the_shaped_rate(cluster):
     Alpha (about 1.5 ms here, TensorFlow's per-collective cost) is only bounded: with few sizes and
     repeats at this rate its fit can even come out slightly negative, as it did with 64 KB the smallest.
     """
-    from mgtutor.training import slurm_link
+    from mgtutor.speed import cluster_link as slurm_link
 
     try:
         fitted = slurm_link.sweep(

@@ -1,4 +1,4 @@
-"""mgtutor.training.slurm_link.step_sweep: cluster/train.py's step on the two namespace nodes, unshaped
+"""mgtutor.speed.cluster_link.step_sweep: cluster/train.py's step on the two namespace nodes, unshaped
 and at 100mbit, beside lesson 11's prediction (one-core compute + ring all-reduce of the gradient).
 
 Slow, root only; skipped where `slurm.unavailable()` gives a reason, except on CI (env CI set), where
@@ -39,7 +39,7 @@ def cluster():
             pytest.fail(f"a cluster is already up ({slurm.namespaces()}): sudo make cluster-down")
         # A fresh state: slurmctld -i still recovers the jobs of a run that ended while they ran.
         shutil.rmtree(STATE_DIR, ignore_errors=True)
-        made = slurm.up(STATE_DIR)
+        made = slurm.start_cluster(STATE_DIR)
         try:
             yield made
         finally:
@@ -53,7 +53,7 @@ def test_at_100mbit_the_step_is_longer_as_predicted_and_a_4x_batch_costs_less_pe
     ms, the ring 426 ms of the 468 predicted (91%); at k = 4 one ring per 4 x the images: 2.5 ms an image
     against 7.9. Measured / predicted 1.08 at 100mbit (0.96-1.19 over every row of
     benchmarks/bench_cluster.py; once, on a busy machine, 1.62 unshaped). Takes about 85 s."""
-    from mgtutor.training import slurm_link
+    from mgtutor.speed import cluster_link as slurm_link
 
     data = tmp_path / "data"
     subprocess.run([sys.executable, str(SCRIPT), "prepare", "--source", "synthetic", "--out", str(data),
@@ -63,7 +63,7 @@ def test_at_100mbit_the_step_is_longer_as_predicted_and_a_4x_batch_costs_less_pe
                                      log_every=3, batch_multiples=(1, 4), repeats=1)  # fmt: skip
     except slurm.ShapeUnavailable as err:
         pytest.skip(f"the link cannot be shaped here: {err}")
-    table = slurm_link.format_table(rows)
+    table = slurm_link.format_link_table(rows)
     row = {(r["rate"], r["k"]): r for r in rows}
     assert set(row) == {("unshaped", 1), ("unshaped", 4), ("100mbit", 1), ("100mbit", 4)}, table
     assert row["100mbit", 1]["low"] > row["unshaped", 1]["high"], table  # beyond both spreads

@@ -4,11 +4,11 @@ On the cluster of `mgtutor.training.slurm` (node1 and node2, one veth pair), one
 all-reduces float32 tensors of each size with TensorFlow's MultiWorkerMirroredStrategy (found by
 SlurmClusterResolver), repeats, and the median per size goes to `mgtutor.speed.link.fit_link`::
 
-    with slurm.up() as cluster:
+    with slurm.start_cluster() as cluster:
         for rate in (None, "10gbit", "1gbit", "100mbit"):
             print(rate, sweep(cluster, rate))
 
-Run under srun, ``python -m mgtutor.training.slurm_link task SIZES REPEATS`` is one task; rank 0
+Run under srun, ``python -m mgtutor.speed.cluster_link task SIZES REPEATS`` is one task; rank 0
 prints one JSON line {size: median seconds}. TensorFlow is imported only there.
 """
 
@@ -26,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mgtutor.speed.link import fit_link, ring_seconds
-from mgtutor.training.slurm import NODES
 
 SIZES = tuple(4096 * 4**k for k in range(7))  # 4 KB ... 16 MB
 PORT_BASE = 23500
@@ -186,7 +185,7 @@ def step_sweep(cluster, data_dir: str | os.PathLike, work_dir: str | os.PathLike
     for first in range(0, len(multiples), 2):  # one k per node, both at once
         pair = multiples[first : first + 2]
         with ThreadPoolExecutor(len(pair)) as pool:
-            found = list(pool.map(alone, pair, NODES[: len(pair)]))
+            found = list(pool.map(alone, pair, cluster.nodes[: len(pair)]))
         compute.update(zip(pair, found, strict=True))
     size = gradient_bytes(work / "alone-k1" / "weights.npz")
     unit = statistics.median(compute[1]) / 1000
@@ -219,7 +218,7 @@ def step_sweep(cluster, data_dir: str | os.PathLike, work_dir: str | os.PathLike
     return rows
 
 
-def format_table(rows: Sequence[dict]) -> str:
+def format_link_table(rows: Sequence[dict]) -> str:
     """The rows of `step_sweep` as a Markdown table: ms a step, measured (median, range) and predicted."""
     head = ("| link | alpha ms | beta MB/s | k | batch | measured ms/step (range) | predicted ms/step "
             "| measured/predicted | k x compute ms | alone at k x B/2 ms | ring ms | comm share "
