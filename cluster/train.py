@@ -13,10 +13,11 @@ alone. KERAS_BACKEND, or --backend, picks TensorFlow (MultiWorkerMirroredStrateg
 step: Keras' fit fails under it, keras#20585) or JAX (keras.distribution.DataParallel with
 jax.distributed; this route imports no TensorFlow, so it runs where only JAX is installed).
 
-Every replica reads only its own shards, and the batch of step s is a function of the seed and
-s alone: so the same global batch trains the same weights on 1 process with 2 devices, on 2
-workers or on 2 nodes, and a job killed and restarted from its last checkpoint ends on the
-weights of the job that was never killed.
+Every replica reads only its own shards, and its batch at step s is a function of the seed, s and
+its number alone: so the same global batch over as many replicas trains the same weights on 1
+process with 2 devices, on 2 workers or on 2 nodes (up to float32 rounding where they sum in
+another order), and a job killed and restarted from its last checkpoint ends on the weights of
+the job that was never killed.
 
 What it leaves out of the series' mgtutor: the run lock (two jobs writing one folder), the
 doctor (reading a hung or failed job's logs), gradient accumulation, BatchNorm statistics
@@ -49,7 +50,7 @@ CONFIG = {
     "checkpoint_every": 50,  # steps between checkpoints
     "devices": 1,  # devices this process splits its CPU into (one process only)
     "seed": 0,
-    "port": 23456,  # Slurm: TF workers listen on this port, JAX's coordinator on the next
+    "port": 23456,  # Slurm: the TF workers' port (JAX picks its coordinator's from the job id)
     "log_every": 50,
 }
 

@@ -52,6 +52,10 @@ SECONDS = {
     "lesson_offline_then_again_on_the_real_data[15": 150, "solution_on_real_data[15": 60,
     "doctor_runs_the_seeded_worker": 40, "full_disk_names_the_folder_and_the_bytes_and_the_run": 40,
     "on_1_worker_after_2_the_trainer": 45, "live_runs_folder_is_refused": 30,
+    # Lesson 17 and the Slurm tests share one cluster lock (measured 2026-11-28, Intel Xeon): first.
+    "lesson_offline_then_again_on_the_real_data[17": 250, "script_on_two_nodes": 70,
+    "jax_route_needs_no_tensorflow": 40, "killed_mid_run_resumes_from_its_checkpoint": 25,
+    "jax_route_resumes_exactly": 25, "solution_on_real_data[17": 20,
 }  # fmt: skip
 
 

@@ -261,22 +261,28 @@ cmd_up() {
     say "up: nodes node1=$(node_ip node1) (CPU 0, head: slurmctld :$CTLD_PORT) node2=$(node_ip node2) (CPU 1), both idle; SLURM_CONF=$state/slurm.conf; clients: $0 exec sinfo"
 }
 
-kill_pidfile() {  # kill_pidfile FILE: SIGTERM the pid in FILE, SIGKILL after 5 s
-    local file=$1 pid i
-    [[ -f $file ]] || return 0
-    pid=$(cat "$file")
-    [[ $pid =~ ^[0-9]+$ ]] || return 0
-    kill "$pid" 2>/dev/null || return 0
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
+kill_pidfile() {  # kill_pidfile FILE...: SIGTERM each pid in the FILEs, all at once; SIGKILL after 5 s
+    local file pid i pids=()
+    for file in "$@"; do
+        [[ -f $file ]] && pid=$(cat "$file") && [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null && pids+=("$pid")
+    done
+    for i in $(seq 50); do
+        local alive=()
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+        ((${#alive[@]} == 0)) && return 0
+        pids=("${alive[@]}")
+        sleep 0.1
+    done
+    kill -9 "${pids[@]}" 2>/dev/null || true
 }
 
 cmd_down() {
     need_root down
     local state node ns pids
     state=$(state_dir "${1:-$(current_state)}")
-    for node in "${NODES[@]}"; do kill_pidfile "$state/$node/slurmd.pid"; done
-    kill_pidfile "$state/ctld/slurmctld.pid"
+    local daemons=("$state/ctld/slurmctld.pid")
+    for node in "${NODES[@]}"; do daemons+=("$state/$node/slurmd.pid"); done
+    kill_pidfile "${daemons[@]}"
     for node in "${NODES[@]}"; do
         ns=$(netns_of "$node")
         if ip netns list | grep -q "^$ns\b"; then

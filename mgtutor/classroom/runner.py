@@ -36,7 +36,9 @@ KERNEL_ARGUMENTS = (
 # What the series runs with unless told otherwise, for the lessons that have the parameter: the
 # capstone (16) trains its whole recipe by default, about 20 minutes; in the series it gets a
 # classroom budget of minutes (`make run MINUTES=None` trains it whole; `make capstone` does).
-SERIES_DEFAULTS = {"MINUTES": 1.5}
+# LINK_RATES: lesson 17's link sweep at one shaped rate in the classroom run (the lesson's own default adds
+# the link unshaped: about 20 s more).
+SERIES_DEFAULTS = {"MINUTES": 1.5, "LINK_RATES": ["100mbit"]}
 # `make capstone-long` (--capstone-long): lesson 16's recipe for the 90 % aim, over the notebook's defaults:
 # airbench's widths and more epochs at full size, no budget of minutes. The command line's -p still win.
 CAPSTONE_LONG = {"WIDTHS": [64, 256, 256], "EPOCHS": 14, "FULL_SIZE_EPOCHS": 10, "MINUTES": None}

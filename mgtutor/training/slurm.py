@@ -169,7 +169,7 @@ class Cluster:
         found = re.search(r"\bJobState=(\S+)", done.stdout)
         return found.group(1) if found else "UNKNOWN"
 
-    def wait(self, job_id: str, timeout: float = 600, poll: float = 1.0) -> str:
+    def wait(self, job_id: str, timeout: float = 600, poll: float = 0.5) -> str:
         """Waits for `job_id` to end; its final state (COMPLETED, FAILED, ...), or TimeoutError."""
         _check_timeout(timeout)
         deadline = time.monotonic() + timeout
