@@ -254,12 +254,15 @@ def test_make_run_turns_command_line_variables_into_parameters():
 
 def test_the_series_budgets_the_capstone_unless_told_otherwise():
     lessons_found = {nb: lessons.notebook_parameters(nb) for nb in lessons.find_notebooks(ROOT / "notebooks")}
-    assert runner.series_overrides({"EPOCHS": 1}, lessons_found) == {"MINUTES": 1.5, "EPOCHS": 1}
-    assert runner.series_overrides({"MINUTES": None}, lessons_found) == {"MINUTES": None}  # trains it whole
-    without = {nb: params for nb, params in lessons_found.items() if "MINUTES" not in params}
+    link = {"LINK_RATES": ["100mbit"]}  # lesson 17's sweep at one shaped rate
+    assert runner.series_overrides({"EPOCHS": 1}, lessons_found) == {"MINUTES": 1.5, **link, "EPOCHS": 1}
+    assert runner.series_overrides({"MINUTES": None}, lessons_found) == {**link, "MINUTES": None}  # whole
+    budgeted = {"MINUTES", "LINK_RATES"}
+    without = {nb: params for nb, params in lessons_found.items() if not budgeted & set(params)}
     assert runner.series_overrides({}, without) == {}  # a series without the capstone is not refused
     plan = lessons.check_overrides(runner.series_overrides({}, lessons_found), lessons_found)
-    assert {nb.stem: p for nb, p in plan.items() if p} == {"16_capstone": {"MINUTES": 1.5}}
+    assert {nb.stem: p for nb, p in plan.items() if p} == {"16_capstone": {"MINUTES": 1.5},
+                                                           "17_to_a_cluster": link}
 
 
 def test_make_capstone_runs_it_whole_unless_given_a_budget():
