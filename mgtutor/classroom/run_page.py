@@ -7,10 +7,10 @@ import math
 from typing import Any
 from urllib.parse import quote
 
+from mgtutor.classroom.run_chart import baseline_of, facts, figure_html
+
 # A lesson's status in summary.json and on the page.
 OK, FAILED, RUNNING, NOT_RUN = "ok", "failed", "running", "not run"
-# A recorded value longer than this (as text) is summarised in index.html, e.g. "(list of 500 values)".
-MAX_METRIC_CHARS = 160
 
 
 def duration(seconds: float) -> str:
@@ -40,17 +40,6 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _short_value(value: Any) -> str:
-    text = format_value(value)
-    if len(text) <= MAX_METRIC_CHARS:
-        return text
-    if isinstance(value, list | tuple):
-        return f"(list of {len(value):,} values)"
-    if isinstance(value, dict):
-        return f"(dict of {len(value):,} entries)"
-    return f"({type(value).__name__}, {len(text):,} characters)"
-
-
 _STYLE = """
 .preflight li.ok b { color: #2a7a2a; } .preflight li.warn b { color: #a06000; }
 .preflight li.fail { color: #b00020; }
@@ -58,7 +47,11 @@ body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; margin-bottom: 0.2em; }
 .machine, .command { color: #444; margin: 0.2em 0; }
 code { background: #f3f3f3; padding: 0 0.2em; }
-table { border-collapse: collapse; margin-top: 1em; width: 100%; }
+table { border-collapse: collapse; margin-top: 1em; width: 100%; table-layout: fixed; }
+td, th { overflow-wrap: anywhere; }
+col.name { width: 17em; } col.status { width: 5em; } col.num { width: 6.5em; } col.params { width: 13em; }
+.glance { display: flex; flex-wrap: wrap; gap: 1.5em; } .glance svg { max-width: 100%; height: auto; }
+details summary { cursor: pointer; color: #333; }
 th, td { border: 1px solid #ccc; padding: 0.35em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 td.num { text-align: right; white-space: nowrap; }
@@ -79,30 +72,43 @@ def _link(name: str, label: str) -> str:
     return f'<a href="{_e(quote(name))}">{_e(label)}</a>'
 
 
+def _shown(value: Any) -> str:
+    """A parameter's value as typed, or, for a long list, its first item and how many there are."""
+    text = repr(value)
+    if len(text) <= 60 or not isinstance(value, list | tuple) or not value:
+        return text
+    return f"[{value[0]!r}, ... {len(value)} values]"
+
+
 def _parameters_cell(entry: dict[str, Any]) -> str:
-    items = []
+    """Overrides in full; the defaults folded away, so a long list never widens the page."""
+    overrides, defaults = [], []
     for name, default in entry["defaults"].items():
         if name in entry["parameters"]:
             value = entry["parameters"][name]
-            items.append(
+            overrides.append(
                 f'<li class="override" title="overridden; default {_e(repr(default))}">{_e(name)} = '
-                f'{_e(repr(value))} <span class="default">(default {_e(repr(default))})</span></li>'
+                f'{_e(_shown(value))} <span class="default">(default {_e(_shown(default))})</span></li>'
             )
         else:
-            items.append(f"<li>{_e(name)} = {_e(repr(default))}</li>")
-    return f"<ul>{''.join(items)}</ul>"
+            defaults.append(f"<li>{_e(name)} = {_e(_shown(default))}</li>")
+    folded = f"{len(defaults)} {'more ' if overrides else ''}at their defaults" if defaults else ""
+    shown = f"<ul>{''.join(overrides)}</ul>" if overrides else ""
+    if not folded:
+        return shown
+    return f"{shown}<details><summary>{folded}</summary><ul>{''.join(defaults)}</ul></details>"
 
 
-def _metrics_cell(entry: dict[str, Any]) -> str:
-    records = entry.get("records") or {}
-    items = [f"<li>{_e(name)}: {_e(_short_value(value))}</li>" for name, value in records.items()]
+def _metrics_cell(entry: dict[str, Any], baseline: float | None) -> str:
+    said = "".join(f"<li>{_e(sentence)}</li>" for sentence in facts(entry, baseline))
     error = f'<div class="error">{_e(entry["error"])}</div>' if entry.get("error") else ""
-    return error + (f"<ul>{''.join(items)}</ul>" if items else "")
+    return error + (f"<ul>{said}</ul>" if said else "")
 
 
-def _row(entry: dict[str, Any]) -> str:
+def _row(entry: dict[str, Any], baseline: float | None) -> str:
     links = [_link(entry[kind], kind) for kind in ("html", "ipynb") if kind in entry]
-    name = _link(entry["html"], entry["notebook"]) if "html" in entry else _e(entry["notebook"])
+    stem = entry["notebook"].removesuffix(".ipynb")
+    name = _link(entry["html"], stem) if "html" in entry else _e(stem)
     seconds = duration(entry["seconds"]) if "seconds" in entry else ""
     status = entry["status"]
     return (
@@ -110,7 +116,7 @@ def _row(entry: dict[str, Any]) -> str:
         f'<td class="status {status.replace(" ", "-")}">{_e(status)}</td>'
         f'<td>{_parameters_cell(entry)}</td><td class="num">{_e(seconds)}</td>'
         + "".join(f'<td class="num">{_e(entry.get(key, ""))}</td>' for key in ("peak_rss_mb", "end_rss_mb"))
-        + f"<td>{_metrics_cell(entry)}</td></tr>"
+        + f"<td>{_metrics_cell(entry, baseline)}</td></tr>"
     )
 
 
@@ -130,7 +136,8 @@ def index_html(report: dict[str, Any]) -> str:
     )  # fmt: skip
     overrides = ", ".join(f"{k} = {v!r}" for k, v in report["overrides"].items()) or "none (defaults)"
     counts = {s: sum(e["status"] == s for e in report["notebooks"]) for s in (OK, FAILED, NOT_RUN)}
-    rows = "\n".join(_row(entry) for entry in report["notebooks"])
+    baseline = baseline_of(report["notebooks"])
+    rows = "\n".join(_row(entry, baseline) for entry in report["notebooks"])
     started = report["started"].replace("T", " ")
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -146,10 +153,12 @@ def index_html(report: dict[str, Any]) -> str:
 <p class="machine">Machine: {_e(machine_text)}</p>
 <p class="command">Command: <code>{_e(report["command"])}</code></p>
 <p class="command">Overrides: <code>{_e(overrides)}</code></p>
-{checklist_html(report.get("preflight", []))}<table>
+{checklist_html(report.get("preflight", []))}{figure_html(report["notebooks"])}<table>
+<colgroup><col class="name"><col class="status"><col class="params"><col class="num"><col class="num">
+<col class="num"><col></colgroup>
 <thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>
 <th>peak MB</th><th>kernel MB at end</th>
-<th>key metrics</th></tr></thead>
+<th>what to check (every record: summary.json)</th></tr></thead>
 <tbody>
 {rows}
 </tbody>

@@ -1,0 +1,63 @@
+"""The run report's picture and its short facts, from records as a run writes them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mgtutor.classroom import run_chart
+from mgtutor.classroom.run_page import index_html
+
+
+def _entry(lesson: str, seconds: float, **records) -> dict:
+    return {"notebook": f"{lesson}_lesson.ipynb", "status": "ok", "seconds": seconds, "parameters": {},
+            "defaults": {}, "records": {"synthetic": False, **records}}  # fmt: skip
+
+
+def test_the_shares_fill_the_slot_in_proportion_to_the_reference_run():
+    shares = {lesson: run_chart.share_of_slot(lesson) for lesson in run_chart.REFERENCE_SECONDS}
+    assert sum(shares.values()) == pytest.approx(run_chart.SLOT_SECONDS)
+    reference = run_chart.REFERENCE_SECONDS
+    assert shares["16"] / shares["02"] == pytest.approx(reference["16"] / reference["02"])
+    assert run_chart.share_of_slot("99") is None
+
+
+def test_facts_set_the_accuracy_beside_the_right_baseline_and_skip_missing_records():
+    baseline = 0.432
+    own = run_chart.facts(_entry("11", 40, bf16_val_accuracy=0.31, baseline_val_accuracy=0.35), baseline)
+    assert own[0] == "Test accuracy 0.310; its one-device baseline 0.350."  # the lesson's own float32 run
+    three = _entry("03", 20, val_accuracy=[0.3, 0.41], allreduce_vs_one_device=9.3e-8)
+    shared = run_chart.facts(three, baseline)
+    assert shared[:2] == ["Test accuracy 0.410; its one-device baseline 0.432.",
+                          "Hand-made all-reduce against one device: 9.3e-08."]  # fmt: skip
+    assert run_chart.facts(_entry("14", 80), baseline) == []  # an older run's records: nothing invented
+    synthetic = _entry("02", 10, test_accuracy=0.1)
+    synthetic["records"]["synthetic"] = True
+    assert "synthetic stand-in" in run_chart.facts(synthetic, baseline)[0]
+
+
+def test_no_lesson_gets_more_than_three_sentences():
+    records = {"n_devices": 2, "device_kind": "cpu", "placement_ok": [True], "test_accuracy": 0.4,
+               "allreduce_vs_one_device": 1e-8, "mistake_factor": 2.0}  # fmt: skip
+    assert len(run_chart.facts(_entry("03", 1, **records), 0.4)) == 3
+
+
+def test_the_picture_marks_a_lesson_over_its_share_and_an_accuracy_at_chance():
+    entries = [_entry("02", 10, test_accuracy=0.43), _entry("11", 500, bf16_val_accuracy=0.11)]
+    times = run_chart.time_panel(entries)
+    assert times.count("#e08a00") == 1 and times.count("#4a7fb5") == 1  # only 11 is past its share
+    accuracies = run_chart.accuracy_panel(entries)
+    assert accuracies.count('fill="#b00020"') == 1 and accuracies.count('fill="#17692c"') == 1
+    floor_x = re.findall(r'<line x1="([\d.]+)"[^>]*stroke-dasharray', accuracies)
+    assert len(floor_x) == 1 and float(floor_x[0]) > run_chart._LABEL  # the floor drawn, right of the labels
+    assert run_chart.figure_html([]) == ""
+
+
+def test_the_page_shows_sentences_not_raw_records():
+    report = {"started": "2026-11-29T00:00:00", "status": "complete", "seconds": 30.0, "command": "make run",
+              "overrides": {}, "machine": {"hostname": "h", "cpu_count": 2, "tensorflow": "2.21.0",
+                                           "keras": "3.15.1", "python": "3.11"},
+              "notebooks": [_entry("02", 10, test_accuracy=0.43, class_counts=list(range(500)))]}  # fmt: skip
+    page = index_html(report)
+    assert "Test accuracy 0.430" in page and "class_counts" not in page and "<svg" in page
