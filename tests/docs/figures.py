@@ -7,8 +7,9 @@ a measurement belongs in a cell's output, or in a block generated from a run
 or in a program's output pasted as printed (``<!-- printed:NAME begin -->`` ... ``end``, which must
 name its date and its CPU). Prose says how to read an output, never what it will be.
 
-`findings()` lists every figure and direction in the notebooks' markdown, README.md and
-docs/teachers.md outside those blocks, code and links. A direction inside a sentence that reads
+`findings()` lists every figure and direction in the notebooks' markdown and the project's pages
+(`DOCUMENTS`: the README, CONTRIBUTING.md, benchmarks/README.md and every page of docs/) outside
+those blocks, code and links. A direction inside a sentence that reads
 an output ("if the ratio is above 1, ...", "whether ...", a question) is a reading, not a claim.
 What may stay (laws, settings, citations, bounds the tests assert) is listed, each with its reason,
 in `tests/docs/allowed.py`. ``python -m tests.docs.figures`` prints what is not allowed.
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", "docs/teachers.md")
+# Every page a reader meets: a new page under docs/ is scanned without being named here.
+DOCUMENTS = ("README.md", "CONTRIBUTING.md", "benchmarks/README.md", "docs/*.md")
 
 # Blocks whose figures come from a run: generated from one, or a program's output pasted as printed.
 RUN_BLOCK = re.compile(r"<!-- (generated|printed):(\S+) begin -->\n(.*?)<!-- \1:\2 end -->", re.S)
@@ -88,7 +90,7 @@ class Finding:
 
 
 def prose_sources(root: Path = ROOT) -> Iterator[tuple[str, str]]:
-    """(where, markdown) for every lesson's and solution's markdown cell, README.md and the guide."""
+    """(where, markdown) for every lesson's and solution's markdown cell and every page of `DOCUMENTS`."""
     notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     notebooks += sorted((root / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
     for path in notebooks:
@@ -96,8 +98,9 @@ def prose_sources(root: Path = ROOT) -> Iterator[tuple[str, str]]:
         for index, cell in enumerate(cells):
             if cell["cell_type"] == "markdown":
                 yield f"{path.relative_to(root)}#{index}", "".join(cell["source"])
-    for name in DOCUMENTS:
-        yield name, (root / name).read_text(encoding="utf-8")
+    for pattern in DOCUMENTS:
+        for path in sorted(root.glob(pattern)):
+            yield str(path.relative_to(root)), path.read_text(encoding="utf-8")
 
 
 def run_blocks(text: str) -> list[tuple[str, str, str]]:

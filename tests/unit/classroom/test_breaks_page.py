@@ -49,12 +49,13 @@ def test_a_run_without_lesson_15_is_refused():
 
 def test_run_tables_writes_the_block_from_a_run_of_lesson_15_alone(tmp_path, capsys):
     (tmp_path / "docs").mkdir()
-    for relative in ("README.md", "docs/teachers.md"):
+    for relative in ("docs/results.md", "docs/teachers.md"):
         shutil.copy(ROOT / relative, tmp_path / relative)
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary({"drills": [DRILL], "issues": ISSUES})))
     main([str(path), "--root", str(tmp_path)])
     text = block((tmp_path / "docs" / "teachers.md").read_text(), "breaks")
     assert "one `make run` started 2026-11-27 04:00:00" in text and "keras#19891" in text
-    assert (tmp_path / "README.md").read_text() == (ROOT / "README.md").read_text()  # nothing else written
+    results = (tmp_path / "docs" / "results.md").read_text()
+    assert results == (ROOT / "docs" / "results.md").read_text()  # nothing else written
     assert "rewrote the generated tables in" in capsys.readouterr().out

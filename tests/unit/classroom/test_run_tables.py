@@ -1,5 +1,6 @@
 """mgtutor.classroom.run_tables: the committed result tables parse, agree with what the notebook checks
-assert, and are what the command writes from a run's summary.json."""
+assert, and are what the command writes from a run's summary.json; a run writes its own CPU kind's
+column of docs/results.md and leaves the other CPUs' columns as they were."""
 
 from __future__ import annotations
 
@@ -10,21 +11,23 @@ from pathlib import Path
 
 import pytest
 
+from mgtutor.classroom import results_page as page
 from mgtutor.classroom.learner_figures import READS, learners_block
 from mgtutor.classroom.lessons import find_notebooks
-from mgtutor.classroom.run_tables import TARGETS, block, main, parse_table, replace_block
+from mgtutor.classroom.run_tables import RESULTS, TARGETS, block, main, parse_table, replace_block
 from tests.conftest import ROOT
 from tests.notebooks.test_notebooks import CHANCE, TINY_GAP
 
 NOTEBOOKS = [nb.name[:2] for nb in find_notebooks(ROOT / "notebooks")]
-# Lessons that land after the run the committed series tables come from go in this set until the next
-# full `make run` (then run_tables) gives them their columns. Empty: the tables hold every lesson.
-# 17 (2026-11-28): its first full run was on an Intel Xeon with AMX, not the brief's EPYC the tables are from.
-NEWER_THAN_THE_TABLES: set[str] = {"17"}
+# Lessons that land after every run the committed tables come from go in this set until a full `make run`
+# (then run_tables) gives them their row. Empty: every lesson has a row (17's first run filled it, on an
+# Intel Xeon with AMX; the other columns say "not run" there until their CPU's next run).
+NEWER_THAN_THE_TABLES: set[str] = set()
 TABLED = [nb for nb in NOTEBOOKS if nb not in NEWER_THAN_THE_TABLES]
-# 11 trains its bfloat16 recipe on a subset only (MIXED_TRAIN_SAMPLES): nothing to set beside 02; 13
-# trains an MLP for parity only, 14 reports minutes to an accuracy (its own block), 15 trains drills.
-TRAINS_NOTHING_TO_COMPARE = {"00", "01", "05", "11", "13", "14", "15", "17"}  # 17: 20 steps, to compare runs
+# The notebooks that train something to set beside 02's baseline (the accuracy table's rows): 11 trains its
+# bfloat16 recipe on a subset only, 13 an MLP for parity, 14 reports minutes to an accuracy (its own
+# table), 15 trains drills, 17 trains 20 steps to compare its runs.
+TRAINS_NOTHING_TO_COMPARE = {"00", "01", "05", "11", "13", "14", "15", "17"}
 
 
 def committed(name: str, target: int = 0) -> str:
@@ -35,74 +38,99 @@ def numbers(cell: str) -> list[float]:
     return [float(v) for v in re.findall(r"\d+\.\d+", cell)]
 
 
-def test_readme_results_parse_and_agree_with_the_notebook_checks():
-    text = committed("results")
-    assert re.search(r"one `make run` started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text), "states the run's date"
-    assert "cores" in text and "TensorFlow 2.21" in text, "and the machine"
-    table = parse_table(text)
-    assert table["notebook"] == [*TABLED, "all"]
-    seconds = [float(s) for s in table["seconds"][:-1]]
-    assert all(s > 0 for s in seconds) and re.fullmatch(r"(\d+ min )?\d+ s", table["seconds"][-1])
-    baseline = float(re.search(r"baseline reaches (\d\.\d+)", text).group(1))
-    assert CHANCE + 0.02 < baseline <= 1  # learnt(): above chance on the real data
-    for notebook, cell in zip(TABLED, table["test accuracy"], strict=False):
-        if notebook in TRAINS_NOTHING_TO_COMPARE:
-            assert cell == "—"
-        elif notebook == "09":  # MNIST: the checks ask for more than 0.5 of every variant
-            assert all(0.5 < v <= 1 for v in numbers(cell)) and len(numbers(cell)) == 2
-        elif notebook == "16":  # the capstone: its own recipe, at the series' budget, on another data set
-            assert len(numbers(cell)) == 1 and CHANCE + 0.02 < numbers(cell)[0] <= 1
-        else:  # CIFAR-10: above chance, and within the gap the checks allow of the one-device baseline
-            assert numbers(cell) and all(CHANCE + 0.02 < v <= 1 for v in numbers(cell)), (notebook, cell)
-            assert all(abs(v - baseline) <= TINY_GAP for v in numbers(cell)), (notebook, cell)
-    assert numbers(table["test accuracy"][TABLED.index("02")]) == [baseline]
+def ran(name: str) -> dict[str, dict[str, str]]:
+    """The committed block's columns that hold a run, by CPU kind; each run line names a CPU of its kind."""
+    first, columns, lines = page.read_columns(committed(name))
+    assert list(columns)[: len(page.KINDS)] == list(page.KINDS), "the five kinds, in order, first"
+    held = {kind: column for kind, column in columns.items() if lines[kind] != page.NOT_RUN}
+    for kind in held:
+        line = lines[kind]
+        assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line) and "TensorFlow 2.21" in line
+        model, flags = re.search(r"cores, (.+?) \(([^)]*)\), ", line).groups()
+        features = [f for f in flags.split(";")[0].split(", ")]
+        assert page.cpu_kind({"cpu": {"model": model, "features": features}}) == kind, line
+    for kind in set(columns) - set(held):
+        assert set(columns[kind].values()) == {page.NOT_RUN}, f"{name}: {kind} has no run but has figures"
+    return held
+
+
+def test_the_series_columns_parse_and_agree_with_the_notebook_checks():
+    seconds, accuracy = ran("series-by-cpu"), ran("accuracy-by-cpu")
+    assert seconds.keys() == accuracy.keys() and len(seconds) >= 3
+    first, columns, _ = page.read_columns(committed("series-by-cpu"))
+    assert list(next(iter(columns.values()))) == [*TABLED, "all", "goal (15 min)"]
+    for kind, column in seconds.items():
+        run = [nb for nb in TABLED if column[nb] != page.NOT_RUN]
+        assert run[0] == "00" and all(int(column[nb]) > 0 for nb in run), kind
+        assert re.fullmatch(r"(\d+ min )?\d+ s", column["all"])
+        assert column["goal (15 min)"] in ("within", "over")
+    for kind, column in accuracy.items():
+        assert list(column) == [nb for nb in TABLED if nb not in TRAINS_NOTHING_TO_COMPARE]
+        baseline = float(column["02"])
+        assert CHANCE + 0.02 < baseline <= 1  # learnt(): above chance on the real data
+        for notebook, cell in column.items():
+            if notebook == "09":  # MNIST: the checks ask for more than 0.5 of every variant
+                assert all(0.5 < v <= 1 for v in numbers(cell)) and len(numbers(cell)) == 2
+            elif notebook == "16":  # the capstone: its own recipe, at the series' budget, on another data set
+                assert len(numbers(cell)) == 1 and CHANCE + 0.02 < numbers(cell)[0] <= 1
+            else:  # CIFAR-10: above chance, and within the gap the checks allow of the one-device baseline
+                assert numbers(cell) and all(CHANCE + 0.02 < v <= 1 for v in numbers(cell)), (kind, notebook)
+                assert all(abs(v - baseline) <= TINY_GAP for v in numbers(cell)), (kind, notebook, cell)
 
 
 def test_teachers_memory_parses_and_its_sentences_match_its_table():
     text = committed("memory")
     assert re.search(r"one `make run` started \d{4}-\d\d-\d\d", text)
     table = parse_table(text)
-    assert table["notebook"] == TABLED
+    # the guide's run, the teacher's own, may predate the newest lesson
+    assert table["notebook"] == NOTEBOOKS[: len(table["notebook"])] and "16" in table["notebook"]
     peaks = [int(v) for v in table["peak MB"]]
     ends = [int(v) for v in table["kernel left open afterwards, MB"]]
     assert all(p >= e > 0 for p, e in zip(peaks, ends, strict=True))
     largest = re.search(r"largest peak is (\d+\.\d\d) GB \(notebook (\d\d)\)", text)
     assert float(largest.group(1)) == pytest.approx(max(peaks) / 1000, abs=0.005)
-    assert largest.group(2) == TABLED[peaks.index(max(peaks))]
+    assert largest.group(2) == table["notebook"][peaks.index(max(peaks))]
     kept = re.search(r"left open keeps up to (\d+\.\d\d) GB", text)
     assert float(kept.group(1)) == pytest.approx(max(ends) / 1000, abs=0.005)
     both = re.search(r"plus the largest notebook needs (\d+\.\d\d) GB", text)
     assert float(both.group(1)) == pytest.approx((max(peaks) + max(ends)) / 1000, abs=0.01)
 
 
-def test_the_capstone_curve_is_the_same_in_both_files_and_states_its_run():
-    text = committed("capstone")
-    assert text == committed("capstone", 1)
-    assert re.search(r"one `make capstone` started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)
-    assert "cores" in text and "TensorFlow 2.21" in text and "50,000 training images" in text
-    table = parse_table(text)
-    assert table["minutes of training"] == ["5", "10", "20", "30"]
-    reached = [numbers(cell) for cell in table["test accuracy by then"] if cell != "—"]
-    assert reached and all(CHANCE + 0.02 < values[0] <= 1 for values in reached)
+@pytest.mark.parametrize("name", ["capstone-by-cpu", "capstone-long-by-cpu"])
+def test_the_capstone_columns_parse_and_state_their_runs(name):
+    held = ran(name)
+    assert held
+    for kind, column in held.items():
+        budgets = {label: cell for label, cell in column.items() if label.startswith("by ")}
+        assert list(budgets) == ["by 5 min", "by 10 min", "by 20 min", "by 30 min"]
+        reached = [numbers(cell)[0] for cell in budgets.values() if cell != "—"]
+        assert reached and all(CHANCE + 0.02 < v <= 1 for v in reached), kind
+        assert column["data"].startswith("50,000 / 10,000")
+        assert re.fullmatch(r"(float32|mixed_bfloat16), XLA (on|off)", column["arithmetic picked"])
 
 
 DOCUMENTS = sorted({relative for targets in TARGETS.values() for relative in targets})
+EPYC = {"model": "AMD EPYC", "features": ["avx2", "avx512f", "avx512_bf16"]}
 
 
 def copy_documents(root: Path) -> None:
-    """The committed README and teacher's guide under `root`, for the command to rewrite."""
+    """The committed docs/results.md and teacher's guide under `root`, for the command to rewrite."""
     (root / "docs").mkdir()
     for relative in DOCUMENTS:
         shutil.copy(ROOT / relative, root / relative)
 
 
-def _capstone_summary(minutes, sides=None) -> dict:
+def columns(root: Path, name: str) -> dict[str, dict[str, str]]:
+    return page.read_columns(block((root / RESULTS).read_text(encoding="utf-8"), name))[1]
+
+
+def _capstone_summary(minutes, sides=None, cpu=EPYC) -> dict:
     ends = (4.3, 8.4, 12.5, 16.6, 20.7)
     curve = [{"epoch": i + 1, "minutes": m, "accuracy": 0.5 + 0.05 * i} for i, m in enumerate(ends)]
     return {
         "started": "2026-11-26T06:40:00", "status": "complete", "overrides": {}, "seconds": 1300.0,
         "machine": {"hostname": "vm", "cpu_count": 2, "platform": "Linux", "python": "3.11.7",
-                    "tensorflow": "2.21.0", "keras": "3.15.1"},
+                    "tensorflow": "2.21.0", "keras": "3.15.1", "cpu": cpu},
         "notebooks": [{"notebook": "16_capstone.ipynb", "seconds": 1290.0, "peak_rss_mb": 3000,
                        "end_rss_mb": 900, "parameters": {"MINUTES": minutes},
                        "records": {"data": {"train": 50000, "test": 10000, "copy": "a JPEG-once copy: close"},
@@ -112,42 +140,57 @@ def _capstone_summary(minutes, sides=None) -> dict:
     }  # fmt: skip
 
 
-def test_a_make_capstone_run_rewrites_only_the_curve_in_both_files(tmp_path, capsys):
+def test_each_cpu_kind_has_its_column_named_by_model_and_flags():
+    def kind(model, *features):
+        return page.cpu_kind({"cpu": {"model": model, "features": ["avx2", *features]}})
+
+    assert kind("AMD EPYC 9R14", "avx512f", "avx512_bf16") == page.KINDS[0]
+    assert kind("Intel(R) Xeon(R) Processor", "avx512f", "avx512_bf16", "avx512_fp16") == page.KINDS[1]
+    assert kind("Intel(R) Xeon(R) Processor", "avx512f", "avx512_vnni") == page.KINDS[2]
+    assert kind("AMD EPYC 7B12") == page.KINDS[3]
+    assert kind("Intel(R) Xeon(R) CPU", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") == page.KINDS[4]
+    assert kind("Apple M2") == "Apple M2, AVX2 only" and page.cpu_kind({}) == "CPU not recorded"
+
+
+def test_a_make_capstone_run_writes_its_own_cpus_column_and_leaves_the_others(tmp_path, capsys):
     copy_documents(tmp_path)
+    before = columns(tmp_path, "capstone-by-cpu")
     path = tmp_path / "summary.json"
-    path.write_text(json.dumps(_capstone_summary(None)))
-    main([str(path), "--root", str(tmp_path)])
-    readme = (tmp_path / "README.md").read_text()
-    assert block(readme, "results") == committed("results")  # the series' table left as it was
-    text = block(readme, "capstone")
-    assert text == block((tmp_path / "docs" / "teachers.md").read_text(), "capstone")
-    # by 5 min: epoch 1 (4.3); by 10: epoch 2 (8.4); by 20: epoch 4 (16.6); by 30: the last, epoch 5 (20.7)
-    assert parse_table(text)["test accuracy by then"] == [
-        "0.500 (epoch 1)", "0.550 (epoch 2)", "0.650 (epoch 4)", "0.700 (epoch 5)"]
-    assert "ended at 20.7 min with 0.700" in text and "one-pixel shifts 0.7200" in text
-    assert "5 epochs of 50,000" in text  # a run from before progressive resizing: no sides recorded
-    assert "An epoch took" not in text
     summary = _capstone_summary(None, sides=[24, 24, 32, 32, 32])
     summary["notebooks"][0]["records"]["minutes_per_epoch"] = {"32": 3.712, "24": 2.371}
     path.write_text(json.dumps(summary))
     main([str(path), "--root", str(tmp_path)])
-    text = block((tmp_path / "README.md").read_text(), "capstone")
-    assert "5 epochs (2 on 24x24 images, then 3 at full size) of 50,000" in text
-    assert "took (median, its test included) 2.37 min on 24x24 images, 3.71 min on 32x32 images." in text
-    summary = _capstone_summary(None, sides=[16, 24, 24, 32, 32])  # two small sizes, in order
-    summary["notebooks"][0]["records"]["minutes_per_epoch"] = {"32": 3.712, "24": 2.371, "16": 0.9}
-    path.write_text(json.dumps(summary))
-    main([str(path), "--root", str(tmp_path)])
-    text = block((tmp_path / "README.md").read_text(), "capstone")
-    assert "5 epochs (1 on 16x16 images, 2 on 24x24 images, then 2 at full size) of 50,000" in text
-    assert "0.90 min on 16x16 images, 2.37 min on 24x24 images, 3.71 min on 32x32 images." in text
+    assert block((tmp_path / RESULTS).read_text(), "series-by-cpu") == committed("series-by-cpu")
+    after = columns(tmp_path, "capstone-by-cpu")
+    assert {k: v for k, v in after.items() if k != page.KINDS[0]} == {
+        k: v for k, v in before.items() if k != page.KINDS[0]}  # fmt: skip
+    mine = after[page.KINDS[0]]
+    # by 5 min: epoch 1 (4.3); by 10: epoch 2 (8.4); by 20: epoch 4 (16.6); by 30: the last, epoch 5 (20.7)
+    assert [mine[f"by {m} min"] for m in (5, 10, 20, 30)] == [
+        "0.500 (epoch 1)", "0.550 (epoch 2)", "0.650 (epoch 4)", "0.700 (epoch 5)"]  # fmt: skip
+    assert mine["epochs"] == "5 (2 at 24x24, 3 at 32x32)" and mine["last epoch ended"] == "20.7 min, 0.700"
+    assert mine["minutes per epoch at 24x24"] == "2.37" and mine["with flips and shifts"] == "0.7200"
+    assert mine["arithmetic picked"] == page.NOT_RUN  # a row this run did not record
+    text = block((tmp_path / RESULTS).read_text(), "capstone-by-cpu")
+    assert "- **AMD EPYC, avx512_bf16**: one `make capstone` started 2026-11-26 06:40:00 (classroom " in text
     path.write_text(json.dumps(_capstone_summary(2)))  # a budget of minutes: not the whole recipe
     with pytest.raises(SystemExit) as refused:
         main([str(path), "--root", str(tmp_path)])
     assert refused.value.code == 2 and "neither the series" in capsys.readouterr().err
 
 
-def test_a_make_capstone_long_run_rewrites_its_own_block_with_the_arithmetic_and_the_time_left(tmp_path):
+def test_a_cpu_of_another_kind_gets_a_column_after_the_five(tmp_path):
+    copy_documents(tmp_path)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_capstone_summary(None, cpu={"model": "Apple M2", "features": []})))
+    main([str(path), "--root", str(tmp_path)])
+    after = columns(tmp_path, "capstone-by-cpu")
+    assert list(after) == [*page.KINDS, "Apple M2, no AVX2"] and after["Apple M2, no AVX2"]["by 30 min"]
+    main([str(path), "--root", str(tmp_path)])  # the same run again: the same column, not a second one
+    assert columns(tmp_path, "capstone-by-cpu") == after
+
+
+def test_a_make_capstone_long_run_writes_its_block_with_the_arithmetic_and_the_time_left(tmp_path):
     copy_documents(tmp_path)
     summary = {**_capstone_summary(None, sides=[16, 24, 32, 32, 32]), "recipe": "capstone-long"}
     records = summary["notebooks"][0]["records"]
@@ -157,29 +200,27 @@ def test_a_make_capstone_long_run_rewrites_its_own_block_with_the_arithmetic_and
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
     main([str(path), "--root", str(tmp_path)])
-    readme = (tmp_path / "README.md").read_text()
-    assert block(readme, "capstone") == committed("capstone")  # make capstone's curve left as it was
-    text = block(readme, "capstone-long")
-    assert re.search(r"one `make capstone-long` started \d{4}-\d\d-\d\d", text)
-    assert "It trained in mixed_bfloat16, XLA off, the fastest of the arithmetic timed at its start " in text
-    assert "(images/s: float32, XLA off 500, mixed_bfloat16, XLA off 680)" in text
-    assert "After epoch 3, the first at full size, its progress line said about 8.0 min left; the rest " \
-           "took 8.2 min (-2%)." in text  # fmt: skip
+    text = (tmp_path / RESULTS).read_text()
+    assert block(text, "capstone-by-cpu") == committed("capstone-by-cpu")  # make capstone's left as it was
+    mine = columns(tmp_path, "capstone-long-by-cpu")[page.KINDS[0]]
+    assert mine["arithmetic picked"] == "mixed_bfloat16, XLA off"
+    assert mine["images/s timed at its start"] == "float32, XLA off 500; mixed_bfloat16, XLA off 680"
+    assert mine["time left after the first full-size epoch: said / took"] == "8.0 / 8.2 min (epoch 3)"
+    assert "one `make capstone-long` started 2026-11-26" in block(text, "capstone-long-by-cpu")
 
 
 def test_print_shows_the_blocks_a_run_writes_and_rewrites_no_file(tmp_path, capsys):
-    # A run on another CPU than the tables' own is printed, to paste beside them; the files keep theirs.
     copy_documents(tmp_path)
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(_capstone_summary(None)))
     main([str(path), "--root", str(tmp_path), "--print"])
     out = capsys.readouterr().out
-    assert out.startswith(f"capstone ({path}):\n\n") and "ended at 20.7 min with 0.700" in out
+    assert out.startswith(f"capstone-by-cpu ({path}):\n\n") and "| 0.700 (epoch 5) |" in out
     for relative in DOCUMENTS:
         assert (tmp_path / relative).read_text() == (ROOT / relative).read_text()
     with pytest.raises(SystemExit) as refused:  # a block this run cannot write is refused, as without it
-        main([str(path), "--print", "--blocks", "results"])
-    assert refused.value.code == 2 and "this run writes only capstone" in capsys.readouterr().err
+        main([str(path), "--print", "--blocks", "memory"])
+    assert refused.value.code == 2 and "this run writes only capstone-by-cpu" in capsys.readouterr().err
 
 
 # The records every lesson made in one `make run` at the classroom defaults (2026-11-27, the brief's AMD
@@ -201,34 +242,45 @@ def _series_summary(**changes) -> dict:
     }  # fmt: skip
 
 
-def test_the_command_rewrites_both_blocks_from_a_summary_and_refuses_a_partial_run(tmp_path, capsys):
+def test_a_series_run_writes_its_columns_and_the_guide_and_refuses_a_partial_run(tmp_path, capsys):
     copy_documents(tmp_path)
+    before = {name: columns(tmp_path, name) for name in ("series-by-cpu", "accuracy-by-cpu")}
     summary = _series_summary()
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
     main([str(path), "--root", str(tmp_path)])
-    readme = block((tmp_path / "README.md").read_text(), "results")
-    assert "2026-11-25 19:00:00 (classroom defaults) on laptop: 2 cores, AMD EPYC (avx2, avx512f" in readme
-    assert "All notebooks took 6 min 40 s, within the goal of 15 min" in readme
-    table = parse_table(readme)
-    assert table["seconds"][-1] == "6 min 40 s"
-    assert table["test accuracy"][NOTEBOOKS.index("08")] == "0.414 / 0.471"
-    assert table["test accuracy"][NOTEBOOKS.index("09")] == "0.944–0.953"
-    assert table["test accuracy"][NOTEBOOKS.index("16")] == "0.330"  # the reloaded model's
+    seconds, accuracy = columns(tmp_path, "series-by-cpu"), columns(tmp_path, "accuracy-by-cpu")
+    for name, after in (("series-by-cpu", seconds), ("accuracy-by-cpu", accuracy)):
+        assert {k: v for k, v in after.items() if k != page.KINDS[0]} == {
+            k: v for k, v in before[name].items() if k != page.KINDS[0]}  # fmt: skip
+    mine = seconds[page.KINDS[0]]
+    assert mine["00"] == "10" and mine["all"] == "6 min 40 s" and mine["goal (15 min)"] == "within"
+    assert accuracy[page.KINDS[0]]["08"] == "0.414 / 0.471" and accuracy[page.KINDS[0]]["09"] == "0.944–0.953"
+    assert accuracy[page.KINDS[0]]["16"] == "0.330"  # the reloaded model's
+    text = block((tmp_path / RESULTS).read_text(), "series-by-cpu")
+    assert "2026-11-25 19:00:00 (classroom defaults) on laptop: 2 cores, AMD EPYC (avx2, avx512f" in text
     memory = block((tmp_path / "docs" / "teachers.md").read_text(), "memory")
     last, peak = NOTEBOOKS[-1], 900 + len(NOTEBOOKS) - 1  # 900 MB + its index: the largest peak
     assert f"largest peak is {peak / 1000:.2f} GB (notebook {last})" in memory
     assert f"needs {(peak + 600) / 1000:.2f} GB" in memory
-    again = (tmp_path / "README.md").read_text()
+    again = (tmp_path / RESULTS).read_text()
     main([str(path), "--root", str(tmp_path)])
-    assert (tmp_path / "README.md").read_text() == again  # the same run, the same text
+    assert (tmp_path / RESULTS).read_text() == again  # the same run, the same text
+    overridden = _series_summary(overrides={"EPOCHS": 1})
+    overridden["notebooks"] = [e for e in overridden["notebooks"] if not e["notebook"].startswith("17")]
+    path.write_text(json.dumps(overridden))
+    main([str(path), "--root", str(tmp_path), "--blocks", "series-by-cpu"])
+    mine = columns(tmp_path, "series-by-cpu")[page.KINDS[0]]
+    assert mine["goal (15 min)"] == "not judged: overrides" and mine["17"] == page.NOT_RUN
+    assert list(mine)[-3:] == ["17", "all", "goal (15 min)"]  # a row the run lacks keeps its place
     path.write_text(json.dumps({**summary, "status": "failed"}))
+    written = (tmp_path / RESULTS).read_text()
     with pytest.raises(SystemExit) as refused:
         main([str(path), "--root", str(tmp_path)])
     assert refused.value.code == 2 and "use a complete `make run`" in capsys.readouterr().err
-    assert (tmp_path / "README.md").read_text() == again  # nothing written
-    with pytest.raises(ValueError, match="exactly one <!-- generated:results begin -->"):
-        replace_block("no markers here", "results", "body")
+    assert (tmp_path / RESULTS).read_text() == written  # nothing written
+    with pytest.raises(ValueError, match="exactly one <!-- generated:memory begin -->"):
+        replace_block("no markers here", "memory", "body")
 
 
 def test_the_guide_shows_learners_every_lesson_figure_from_the_run(tmp_path):
@@ -245,7 +297,7 @@ def test_the_guide_shows_learners_every_lesson_figure_from_the_run(tmp_path):
     assert "The one-device baseline (02) reaches 0.472" in text
     assert "12 (JAX `DataParallel`): 0.428 (-0.044)" in text  # the run's own gap, whatever it is
     assert "2 devices 0.95 (0.92–0.98)" in text  # a speed-up with its spread
-    assert block((tmp_path / "README.md").read_text(), "results") == committed("results")  # only --blocks
+    assert block((tmp_path / RESULTS).read_text(), "series-by-cpu") == committed("series-by-cpu")  # --blocks
 
 
 def test_a_run_without_a_lesson_gives_no_bullet_for_it_and_without_02_none_at_all():
@@ -273,25 +325,28 @@ PINNED_ROWS = ["1 worker x 1 core", "2 workers x 1 core, strong", "2 workers x 1
 
 
 def _bounds(cell: str) -> tuple[float, float, float]:
-    ratio, low, high = re.fullmatch(r"(\d+\.\d\d) \((\d+\.\d\d)-(\d+\.\d\d)\), .*", cell).groups()
+    ratio, low, high = re.search(r"; (\d+\.\d\d) \((\d+\.\d\d)-(\d+\.\d\d)\), ", cell).groups()
     return float(ratio), float(low), float(high)
 
 
-def test_lesson_14s_block_is_the_same_in_both_files_and_reads_as_the_lesson_does():
-    text = committed("workers")
-    assert text == committed("workers", 1)
-    assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text) and "TensorFlow 2.21" in text
-    table = parse_table(text)
-    assert list(table)[1:] == PINNED_ROWS and table[PINNED_ROWS[0]][-1] == "1.00"
-    for row in PINNED_ROWS[1:]:
-        ratio, low, high = _bounds(table[row][-1])
-        assert low <= ratio <= high
-        reading = "faster" if low > 1 else "slower" if high < 1 else "within the spread"
-        assert table[row][-1].endswith(reading)
-    assert re.search(r"alpha \d+ us, beta \d+\.\d\d GB/s", text) and "an error of" in text
+def test_lesson_14s_columns_read_as_the_lesson_does_and_the_guide_holds_its_runs_column():
+    held = ran("workers-by-cpu")
+    for kind, column in held.items():
+        assert list(column)[:4] == PINNED_ROWS, kind
+        for row in PINNED_ROWS[1:]:
+            ratio, low, high = _bounds(column[row])
+            assert low <= ratio <= high
+            reading = "faster" if low > 1 else "slower" if high < 1 else "within the spread"
+            assert column[row].endswith(reading)
+        assert re.fullmatch(r"\d+ us, \d+\.\d\d GB/s", column["link between workers: alpha, beta"])
+    guide = committed("workers")
+    line = re.search(r"Measured by (.*?run_tables`)", guide).group(1)
+    _, _, lines = page.read_columns(committed("workers-by-cpu"))
+    kind = next(k for k, v in lines.items() if v == line)  # the guide's run is one of the page's columns
+    assert dict(list(parse_table(guide).items())[1:]) == {k: [v] for k, v in held[kind].items()}
 
 
-def test_a_run_of_lesson_14_alone_rewrites_only_its_block_from_its_records(tmp_path):
+def test_a_run_of_lesson_14_alone_rewrites_only_its_blocks_from_its_records(tmp_path):
     copy_documents(tmp_path)
     summary = {**_series_summary(), "overrides": {}}
     defaults = {"REPEATS": 3, "BENCH_STEPS": 5, "TARGET_ACCURACY": 0.4}
@@ -299,15 +354,17 @@ def test_a_run_of_lesson_14_alone_rewrites_only_its_block_from_its_records(tmp_p
                              "end_rss_mb": 900, "records": PINNED, "defaults": defaults}]  # fmt: skip
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
-    before = block((tmp_path / "README.md").read_text(), "results")
+    before = block((tmp_path / RESULTS).read_text(), "series-by-cpu")
     main([str(path), "--root", str(tmp_path)])
-    readme, guide = (block((tmp_path / name).read_text(), "workers") for name in ("README.md",
-                                                                                  "docs/teachers.md"))
-    assert readme == guide and block((tmp_path / "README.md").read_text(), "results") == before
+    assert block((tmp_path / RESULTS).read_text(), "series-by-cpu") == before
+    guide = block((tmp_path / "docs" / "teachers.md").read_text(), "workers")
+    mine = columns(tmp_path, "workers-by-cpu")[page.KINDS[0]]
+    assert {k: [v] for k, v in mine.items()} == dict(list(parse_table(guide).items())[1:])
     scaling, link, predicted = PINNED["scaling"], PINNED["link"], PINNED["prediction"]["2"]
-    table = parse_table(readme)
-    assert _bounds(table["2 workers x 1 core, strong"][-1]) == pytest.approx(
+    assert _bounds(mine["2 workers x 1 core, strong"]) == pytest.approx(
         (scaling["strong 2"]["speedup"], scaling["strong 2"]["low"], scaling["strong 2"]["high"]), abs=0.006)
-    assert f"alpha {1e6 * link['alpha']:.0f} us, beta {link['beta'] / 1e9:.2f} GB/s" in readme
-    assert f"an error of {predicted['error']:+.0%}" in readme and "3 blocks of 5 steps" in readme
-    assert "2026-11-25 19:00:00" in readme and "AMD EPYC" in readme
+    fitted = f"{1e6 * link['alpha']:.0f} us, {link['beta'] / 1e9:.2f} GB/s"
+    assert mine["link between workers: alpha, beta"] == fitted
+    assert mine["2-worker step: predicted, measured (range), error"].endswith(f", {predicted['error']:+.0%}")
+    assert mine["minutes to the target test accuracy"].startswith("0.4: ") and "3 blocks of 5 steps" in guide
+    assert "2026-11-25 19:00:00" in guide and "AMD EPYC" in guide
