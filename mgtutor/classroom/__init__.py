@@ -1,8 +1,9 @@
 """The teacher's tools: command-line programs that run the series rather than teach it.
 
 - `runner`: `make run`, every notebook executed with papermill; `run_page`, its ``index.html``;
-  `memory`, the peak memory of a notebook's kernel.
-- `preflight`: `make check`, the classroom checklist; `preflight_smoke`, its 2-device step;
+  `run_chart`, that page's picture and short facts; `memory`, the peak memory of a notebook's kernel.
+- `preflight`: `make check`, the classroom checklist; `preflight_smoke`, its 2-device step and the
+  reference step; `estimate`, this laptop's `make run` time from that step;
   `preflight_arithmetic`, what lesson 16 will train with here (its own timing, in a child).
 - `datakit`: the classroom data kit, downloaded and checked against published sha256 sums.
 - `lessons`: the series as `make run` sees it, overrides checked before anything runs.

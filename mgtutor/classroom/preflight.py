@@ -38,6 +38,7 @@ SMOKE = "2-device smoke step"
 ISOLATION = "network isolation"
 JAX_SMOKE = "2-device JAX smoke step"
 ARITHMETIC = "capstone arithmetic"
+RUN_TIME = "run time"
 
 
 def _version(package: str) -> tuple[int, ...] | None:
@@ -94,22 +95,49 @@ def check_smoke(backend: str = "tensorflow") -> Check:
     detail = (f"{len(result['devices'])} {result['kind']} devices, 2 vs 1 device max weight difference "
               f"{result['difference']:.1e}{nan} ({seconds:.0f} s)")  # fmt: skip
     build = "JAX" if backend == "jax" else "TensorFlow"
-    return Check(name, good, detail, f"reinstall: make clean setup (a broken {build} build)")
+    return Check(name, good, detail, f"reinstall: make clean setup (a broken {build} build)",
+                 value=result.get("reference_images_per_s"))  # fmt: skip
+
+
+def check_run_time(smoke: Check) -> Check:
+    """This laptop's `make run` at classroom defaults, estimated from the smoke step's reference step."""
+    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS, estimate_seconds, slowdown
+    from mgtutor.classroom.run_page import duration
+
+    if not smoke.value:
+        return Check(RUN_TIME, False, "no estimate: the reference step did not run",
+                     "fix the 2-device smoke step first", warning=True)  # fmt: skip
+    seconds = estimate_seconds(smoke.value)
+    detail = (f"make run at classroom defaults: about {duration(seconds)} here (the reference step, lesson "
+              f"02's CNN: {smoke.value:,.0f} images/s, {slowdown(smoke.value):.2f}x the time of the "
+              f"reference run's CPU, {REFERENCE['run']})")  # fmt: skip
+    if seconds <= SLOT_SECONDS:
+        return Check(RUN_TIME, True, detail, value=seconds)
+    return Check(RUN_TIME, False, f"{detail}: over the {SLOT_SECONDS // 60}-minute slot",
+                 "run the series before the class (make run), then teach from the executed notebooks in "
+                 "runs/; docs/teachers.md, 'The slowest laptop in the room'",
+                 warning=True, value=seconds)  # fmt: skip
 
 
 def check_cpu() -> Check:
-    """The CPU and the features that decide whether bfloat16 is fast on it (never a failure)."""
+    """The CPU and the features that decide whether bfloat16 is fast on it; a FAIL only without AVX."""
     from mgtutor.support.system import cpu, describe_cpu
 
     info = cpu()
     features = info["features"]
+    if not info.get("avx", True):
+        return Check("cpu", False, f"{describe_cpu(info)}: no AVX. The series needs at least a 64-bit CPU "
+                     "with AVX: TensorFlow's wheels are built for it, and without it `import tensorflow` "
+                     "stops with 'Illegal instruction' (the slowest CPU the series is tested on has AVX2)",
+                     "use another laptop, or a TensorFlow built from source without AVX")  # fmt: skip
     if "amx_bf16" in features:
         where = "bfloat16 matrix products on AMX tiles"
     elif "avx512_bf16" in features:
         where = "bfloat16 dot products in AVX-512, no AMX"
     else:
         where = "no bfloat16 instructions listed: converted to float32"
-    return Check("cpu", True, f"{describe_cpu(info)}: {where}; {os.cpu_count()} cores")
+    return Check("cpu", True, f"{describe_cpu(info)}: {where}; {os.cpu_count()} cores "
+                 "(the series needs AVX at least)")  # fmt: skip
 
 
 def check_arithmetic() -> Check:
@@ -247,8 +275,8 @@ def run_checks(
     versions = {package: _version(package) for package in ("tensorflow", "keras", "jax")}
     checks = check_versions(versions, sys.version_info[:2])
     checks.append(check_cpu())
-    checks.append(check_smoke())
-    checks.append(check_smoke("jax"))
+    smoke = check_smoke()
+    checks += [smoke, check_run_time(smoke), check_smoke("jax")]
     checks.append(check_arithmetic())
     checks.extend(check_data(allow_synthetic))
     checks.append(check_ports(ports))

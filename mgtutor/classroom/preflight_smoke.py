@@ -1,5 +1,7 @@
 """Preflight's smoke step, in its own process: 2 logical devices, a few steps under MirroredStrategy
-and on one device from the same weights; reports the largest weight difference and any NaN.
+and on one device from the same weights; reports the largest weight difference and any NaN, and the
+reference step: lesson 02's seed CNN trained on one device, in images per second, from which `make check`
+estimates how long `make run` takes on this laptop.
 ``python -m mgtutor.classroom.preflight_smoke jax`` does the same on the JAX backend with
 ``keras.distribution.DataParallel``."""
 
@@ -43,6 +45,35 @@ def _outcome(one, two) -> dict:
             "nan": any(not math.isfinite(float(np.abs(w).max())) for w in weights)}  # fmt: skip
 
 
+REFERENCE_BATCH, REFERENCE_STEPS, REFERENCE_ROUNDS = 64, 8, 3
+
+
+def reference_step() -> float:
+    """Images per second of lesson 02's seed CNN training step, batch 64, on one device: the median round."""
+    import time
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from mgtutor.models import build_model
+
+    rng = np.random.default_rng(0)
+    x = rng.random((REFERENCE_BATCH, 32, 32, 3), dtype=np.float32)  # the cost is the shapes', not the pixels'
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, REFERENCE_BATCH)]
+    with tf.device("/CPU:0"):
+        model = build_model("seed_cnn", (32, 32, 3), 10, seed=0)
+        model.compile(optimizer=keras.optimizers.RMSprop(1e-4), loss="categorical_crossentropy")
+        model.train_on_batch(x, y)  # traced and compiled once, outside the clock
+        rounds = []
+        for _ in range(REFERENCE_ROUNDS):
+            started = time.perf_counter()
+            for _ in range(REFERENCE_STEPS):
+                model.train_on_batch(x, y)
+            rounds.append(REFERENCE_STEPS * REFERENCE_BATCH / (time.perf_counter() - started))
+    return sorted(rounds)[len(rounds) // 2]
+
+
 def main() -> None:
     setup = setup_devices(2, verbose=False)
     from mgtutor.data_parallel import copy_model, mirrored_strategy
@@ -53,7 +84,8 @@ def main() -> None:
     _train(one, x, y)
     with strategy.scope():
         _train(two, x, y)
-    report_result({"devices": list(setup.names), "kind": setup.kind,
+    rate = reference_step()
+    report_result({"devices": list(setup.names), "kind": setup.kind, "reference_images_per_s": rate,
                    "tensorflow": __import__("tensorflow").__version__, **_outcome(one, two)})  # fmt: skip
 
 

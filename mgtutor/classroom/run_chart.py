@@ -12,29 +12,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-SLOT_SECONDS = 15 * 60  # `make run` at classroom defaults: one lesson slot
+from mgtutor.classroom.estimate import share_of_slot
+
 CHANCE = 0.1  # ten balanced classes
 # Below this a model has not learnt: the notebook tests' floor at tiny sizes, and the report's line.
 LEARNING_FLOOR = CHANCE + 0.02
-# Seconds per lesson in one complete `make run` at classroom defaults (2026-11-29, Intel Xeon with AMX,
-# 2 cores, 14 min 30 s): each lesson's share of the slot is its part of that run, scaled to 15 minutes.
-REFERENCE_SECONDS = {
-    "00": 8.4, "01": 6.5, "02": 16.3, "03": 20.7, "04": 25.3, "05": 25.3, "06": 36.9, "07": 61.1,
-    "08": 59.6, "09": 30.1, "10": 39.8, "11": 49.1, "12": 63.0, "13": 44.7, "14": 83.0, "15": 58.1,
-    "16": 108.7, "17": 124.5,
-}  # fmt: skip
 # Records that hold a lesson's accuracy on CIFAR-10's test images, in the order they are looked for.
 _ACCURACY_KEYS = ("test_accuracy", "val_accuracy", "mirrored_val_accuracy", "towers_val_accuracy",
                   "dataparallel_val_accuracy", "bf16_val_accuracy")  # fmt: skip
 # 16 trains on the whole data set with its own recipe: drawn, but not set against the baseline.
 _NOT_COMPARABLE = {"16"}
-
-
-def share_of_slot(lesson: str) -> float | None:
-    """Seconds of the 15-minute slot this lesson's part of the reference run stands for."""
-    if lesson not in REFERENCE_SECONDS:
-        return None
-    return SLOT_SECONDS * REFERENCE_SECONDS[lesson] / sum(REFERENCE_SECONDS.values())
 
 
 def _number(value: Any) -> float | None:

@@ -139,6 +139,8 @@ def index_html(report: dict[str, Any]) -> str:
     baseline = baseline_of(report["notebooks"])
     rows = "\n".join(_row(entry, baseline) for entry in report["notebooks"])
     started = report["started"].replace("T", " ")
+    estimated = (f" (make check estimated {duration(report['estimate_seconds'])} at classroom defaults)"
+                 if "estimate_seconds" in report else "")  # fmt: skip
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -148,7 +150,7 @@ def index_html(report: dict[str, Any]) -> str:
 </head>
 <body>
 <h1>mgtutor series run — <span class="status {_e(report["status"])}">{_e(report["status"])}</span></h1>
-<p class="machine">Started {_e(started)} · total {_e(duration(report["seconds"]))}
+<p class="machine">Started {_e(started)} · total {_e(duration(report["seconds"]))}{estimated}
  · {counts[OK]} ok, {counts[FAILED]} failed, {counts[NOT_RUN]} not run</p>
 <p class="machine">Machine: {_e(machine_text)}</p>
 <p class="command">Command: <code>{_e(report["command"])}</code></p>

@@ -15,6 +15,7 @@ class Check:
     detail: str
     fix: str = ""
     warning: bool = False  # shown, not counted as a failure
+    value: float | None = None  # a measured figure another line or report reads (make check's estimate)
 
 
 def failed(checks: Sequence[Check]) -> bool:

@@ -46,7 +46,9 @@ def cpu() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"model": model or "unknown", "features": [f for f in CPU_FEATURES if f in flags]}
+    # TensorFlow's x86 wheels are built for AVX: without it `import tensorflow` dies (Illegal instruction).
+    avx = "avx" in flags or not flags  # no flags to read (not Linux): unknown, so not refused
+    return {"model": model or "unknown", "features": [f for f in CPU_FEATURES if f in flags], "avx": avx}
 
 
 def describe_cpu(info: dict[str, Any]) -> str:

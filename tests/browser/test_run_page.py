@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from mgtutor.classroom.run_chart import REFERENCE_SECONDS
+from mgtutor.classroom.estimate import REFERENCE
 from mgtutor.classroom.run_page import index_html
 from tests.browser.test_jupyterlab import CHROMIUM_ARGS, _chromium
 from tests.conftest import ROOT
@@ -21,7 +21,7 @@ WIDTH = 1280
 def _report() -> dict:
     long_list = [f"/job:worker/replica:0/task:{n}/device:CPU:0" for n in range(40)]
     entries = []
-    for lesson, seconds in REFERENCE_SECONDS.items():
+    for lesson, seconds in REFERENCE["seconds"].items():
         defaults = {f"PARAMETER_WITH_A_LONG_NAME_{n}": long_list[:3] for n in range(12)}
         records = {"synthetic": False, "device_names": long_list, "class_counts": list(range(500)),
                    "test_accuracy": 0.4, "allreduce_vs_one_device": 1e-8}  # fmt: skip
@@ -60,4 +60,4 @@ def test_the_run_report_fits_a_1280_pixel_window_with_its_picture(tmp_path):
             browser.close()
     assert scroll_width <= WIDTH, f"the page is {scroll_width} pixels wide: it scrolls sideways"
     assert len(panels) == 2 and all(width > 300 for width in panels)  # time and accuracy, both drawn
-    assert rows == len(REFERENCE_SECONDS)
+    assert rows == len(REFERENCE["seconds"])

@@ -103,6 +103,9 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     assert checks["cpu"]["ok"] and ("no AMX" in cpu_line) != ("amx_bf16" in cpu_line)
     arithmetic = checks[preflight.ARITHMETIC]
     assert arithmetic["ok"] and arithmetic["detail"].startswith("lesson 16 would train in ")
+    run_time = checks[preflight.RUN_TIME]  # ok, or a warning on a laptop too slow for the slot
+    assert run_time["value"] > 60 and "make run at classroom defaults: about " in run_time["detail"]
+    assert smoke["value"] > 0 and f"{smoke['value']:,.0f} images/s" in run_time["detail"]
 
 
 def test_isolation_is_reported_and_only_warns_where_unavailable(monkeypatch, tmp_path):
@@ -133,6 +136,29 @@ def test_the_cpu_line_names_the_bfloat16_features(monkeypatch):
         monkeypatch.setattr(system, "cpu", lambda found=features: {"model": "a CPU", "features": found})
         line = preflight.check_cpu()
         assert line.ok and line.detail.startswith(f"a CPU ({', '.join(features)}") and words in line.detail
+
+
+def test_a_cpu_without_avx_fails_naming_the_minimum(monkeypatch):
+    from mgtutor.support import system
+
+    monkeypatch.setattr(system, "cpu", lambda: {"model": "an old CPU", "features": [], "avx": False})
+    line = preflight.check_cpu()
+    assert not line.ok and not line.warning and "needs at least a 64-bit CPU with AVX" in line.detail
+    assert "Illegal instruction" in line.detail and line.fix
+
+
+def test_the_run_time_estimate_scales_with_the_reference_step_and_warns_past_the_slot():
+    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS
+
+    rate = REFERENCE["images_per_s"]
+    same = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate))
+    assert same.ok and same.value == pytest.approx(sum(REFERENCE["seconds"].values()))
+    slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / 2.63))
+    assert not slow.ok and slow.warning and slow.value > SLOT_SECONDS
+    assert "over the 15-minute slot" in slow.detail
+    assert "1.00x" in same.detail and "2.63x" in slow.detail
+    missing = preflight.check_run_time(preflight.Check(preflight.SMOKE, False, "failed"))
+    assert missing.warning and missing.value is None
 
 
 def test_the_memory_check_asks_for_what_the_last_complete_run_took(tmp_path):

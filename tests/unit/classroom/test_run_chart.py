@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mgtutor.classroom import run_chart
+from mgtutor.classroom import estimate, run_chart
 from mgtutor.classroom.run_page import index_html
 
 
@@ -16,11 +16,19 @@ def _entry(lesson: str, seconds: float, **records) -> dict:
 
 
 def test_the_shares_fill_the_slot_in_proportion_to_the_reference_run():
-    shares = {lesson: run_chart.share_of_slot(lesson) for lesson in run_chart.REFERENCE_SECONDS}
-    assert sum(shares.values()) == pytest.approx(run_chart.SLOT_SECONDS)
-    reference = run_chart.REFERENCE_SECONDS
+    reference = estimate.REFERENCE["seconds"]
+    shares = {lesson: estimate.share_of_slot(lesson) for lesson in reference}
+    assert sum(shares.values()) == pytest.approx(estimate.SLOT_SECONDS)
     assert shares["16"] / shares["02"] == pytest.approx(reference["16"] / reference["02"])
-    assert run_chart.share_of_slot("99") is None
+    assert estimate.share_of_slot("99") is None
+
+
+def test_the_estimate_scales_the_reference_run_by_the_reference_step():
+    rate, total = estimate.REFERENCE["images_per_s"], sum(estimate.REFERENCE["seconds"].values())
+    assert estimate.estimate_seconds(rate) == pytest.approx(total)
+    assert estimate.estimate_seconds(rate / 2.5) == pytest.approx(2.5 * total)  # a CPU 2.5x slower
+    with pytest.raises(ValueError, match="images_per_s must be > 0"):
+        estimate.estimate_seconds(0.0)
 
 
 def test_facts_set_the_accuracy_beside_the_right_baseline_and_skip_missing_records():

@@ -1,0 +1,45 @@
+"""How long `make run` takes on this laptop, estimated before it starts, from one reference step.
+
+The reference step is lesson 02's seed CNN trained on one device (`preflight_smoke.reference_step`),
+timed by `make check` and by `make run`'s own checklist. A reference run at classroom defaults measured
+both that step and every lesson's seconds; a laptop whose step is k times slower is estimated to take
+k times each lesson's seconds. Lessons do not all slow down by the same factor (process starts, XLA
+compiles and collectives weigh differently on each CPU), so the estimate is a guide, and `make run`
+sets it beside the time it took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+SLOT_SECONDS = 15 * 60  # `make run` at classroom defaults: one lesson slot
+# One complete `make run` at classroom defaults, nothing else running: its CPU, its reference step and
+# each lesson's seconds.
+REFERENCE = {
+    "run": "2026-11-29 00:16, Intel Xeon with AMX (avx512_bf16, amx_bf16), 2 cores",
+    "images_per_s": 1500.0,
+    "seconds": {
+        "00": 8.4, "01": 6.5, "02": 16.3, "03": 20.7, "04": 25.3, "05": 25.3, "06": 36.9, "07": 61.1,
+        "08": 59.6, "09": 30.1, "10": 39.8, "11": 49.1, "12": 63.0, "13": 44.7, "14": 83.0, "15": 58.1,
+        "16": 108.7, "17": 124.5,
+    },
+}  # fmt: skip
+
+
+def slowdown(images_per_s: float) -> float:
+    """How many times slower than the reference run's CPU this one's reference step is."""
+    if not images_per_s > 0:
+        raise ValueError(f"images_per_s must be > 0 (a timed reference step), got {images_per_s!r}.")
+    return REFERENCE["images_per_s"] / images_per_s
+
+
+def estimate_seconds(images_per_s: float, lessons: Mapping[str, float] | None = None) -> float:
+    """`make run`'s estimated seconds here: each lesson's reference seconds times the slowdown."""
+    seconds = REFERENCE["seconds"] if lessons is None else lessons
+    return slowdown(images_per_s) * sum(seconds.values())
+
+
+def share_of_slot(lesson: str) -> float | None:
+    """Seconds of the 15-minute slot that this lesson's part of the reference run stands for."""
+    seconds = REFERENCE["seconds"]
+    return SLOT_SECONDS * seconds[lesson] / sum(seconds.values()) if lesson in seconds else None
