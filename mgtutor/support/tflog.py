@@ -23,6 +23,8 @@ import select
 import sys
 import threading
 
+from mgtutor.support.session import plain_rich_text
+
 SHOW_ENV = "MGTUTOR_SHOW_TF_LOGS"
 # One log line of TensorFlow's C++ side (and absl's own banner). Fatal ("F...") lines are
 # kept: they explain a crash. Match whole lines with `TF_NOISE.match(line)`.
@@ -36,6 +38,10 @@ TF_NOISE = re.compile(
     r"|.*Unable to register (?:cuDNN|cuFFT|cuBLAS) factory"
     r")"
 )
+# Keras's own line for an epoch or a step count (``fit(verbose=2)``, what a worker's fit prints when its
+# output is not a terminal): "78/78 - 9s - 110ms/step - accuracy: 0.23 - loss: 2.04". A lesson prints its
+# own figures; match whole lines with `KERAS_STEP_LINE.match(line)`.
+KERAS_STEP_LINE = re.compile(r"\s*\d+/\d+ .*\d(?:s|ms|us|µs)/step\b")
 # What gRPC prints in a worker whose peer vanished: after a worker killed on purpose, the survivor's
 # report of the crash that was caused, not news (launch keeps it back then, and only then).
 PEER_LOST = re.compile(
@@ -232,8 +238,11 @@ def quiet_python_logs() -> None:
 def quiet_tensorflow() -> None:
     """Everything above, before TensorFlow starts: C++ log level 2 unless set, loggers, fd-2 filter.
 
-    Returns None so that a notebook cell ending with it shows nothing.
+    In a Jupyter kernel, Keras's summary tables are saved without colour codes too (`plain_rich_text`;
+    not log lines, so ``MGTUTOR_SHOW_TF_LOGS`` keeps them plain). Returns None so that a notebook cell
+    ending with it shows nothing.
     """
+    plain_rich_text()
     if _shown():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -28,7 +28,7 @@ from typing import Any
 
 from mgtutor.support.checks import check_whole, is_real, is_whole
 from mgtutor.support.processes import parse_result
-from mgtutor.support.tflog import PEER_LOST, TF_NOISE, LibraryFrames
+from mgtutor.support.tflog import KERAS_STEP_LINE, PEER_LOST, TF_NOISE, LibraryFrames
 from mgtutor.training import netns, pinning
 from mgtutor.training.job_result import ClusterResult, WorkerResult, describe_exit
 from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
@@ -225,7 +225,8 @@ class LocalCluster:
                 if self._watch[0] < len(self._procs):  # (else the wait loop kills it once started)
                     self.kill(self._watch[0])  # at once: a few ms later the job may be past the point
             lost = self._watch_hit.is_set() and PEER_LOST.match(line)  # the killed worker's peers
-            if self.stream and not (self.quiet_tf and (TF_NOISE.match(line) or lost)):
+            chatter = TF_NOISE.match(line) or KERAS_STEP_LINE.match(line) or lost
+            if self.stream and not (self.quiet_tf and chatter):
                 self._show(index, folding.shown(line) if self.quiet_tf else [line])
             self._event.set()
         if self.stream:
@@ -387,7 +388,8 @@ def launch(
     `args` are appended. Each worker gets ``TF_CONFIG`` (free ports on
     localhost, its own index), ``TF_CPP_MIN_LOG_LEVEL=2`` unless set, and
     `env`. Output lines stream as ``[worker i] ...`` (`stream`; TF's start-up
-    chatter dropped with `quiet_tf`). When a worker fails the others are
+    chatter and Keras's "78/78 - 9s - 110ms/step" lines dropped with
+    `quiet_tf`, kept in the tails). When a worker fails the others are
     stopped; after `timeout` seconds all are; every process group is killed
     at the end in any case (SIGKILL: TensorFlow catches SIGTERM).
     `kill_worker` and `kill_when` kill one worker when a matching line

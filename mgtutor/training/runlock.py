@@ -64,13 +64,22 @@ class RunLock:
 
 
 def command_text(argv: list[str], limit: int = 200) -> str:
-    """The command as a reader recognises it: file names without their folders, cut at a word with "…"."""
+    """The command as a reader recognises it: file names without their folders, and only whole words.
+
+    Past `limit` characters the words left are counted, not cut ("[1 more argument: 231 characters]"):
+    a JSON argument cut in the middle reads as a sentence cut off.
+    """
     words = [os.path.basename(sys.executable), *(os.path.basename(a) for a in argv[:1]), *argv[1:]]
-    text = " ".join(word for word in words if word)
-    if len(text) <= limit:
-        return text
-    cut = text.rfind(" ", 0, limit)
-    return text[: cut if cut > 0 else limit] + " …"
+    words = [word for word in words if word]
+    kept = 0
+    while kept < len(words) and len(" ".join(words[: kept + 1])) <= limit:
+        kept += 1
+    kept = max(kept, min(2, len(words)))  # the program and its script, whatever their length
+    if kept == len(words):
+        return " ".join(words)
+    rest = words[kept:]
+    many = "s" if len(rest) > 1 else ""
+    return f"{' '.join(words[:kept])} [{len(rest)} more argument{many}: {len(' '.join(rest))} characters]"
 
 
 def _owner_text(owner: dict[str, Any]) -> str:

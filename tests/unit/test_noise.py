@@ -109,3 +109,54 @@ def test_a_model_summary_table_is_the_lesson_not_noise(tmp_path):
         "└───────────────────────┴────────────────┴───────────┘\n"
     )
     assert noise_in(_write(tmp_path, _cell(_stream(summary)))) == []
+
+
+# Each new kind: a line that must be flagged, beside one like it that must not.
+@pytest.mark.parametrize(
+    ("noisy", "clean"),
+    [
+        # rich's plain-text form of model.summary() in a kernel: colour codes around the words.
+        ('\x1b[1mModel: "lenet"\x1b[0m', 'Model: "lenet"'),
+        ("│ conv2d (\x1b[38;5;33mConv2D\x1b[0m) │ (\x1b[38;5;45mNone\x1b[0m, 24) │ \x1b[38;5;34m520\x1b[0m │",
+         "│ conv2d (Conv2D) │ (None, 24) │ 520 │"),
+        ("a link \x1b]8;;https://keras.io\x1b\\keras.io\x1b]8;;\x1b\\", "a link keras.io"),
+        # Keras's fit(verbose=2) line, in the notebook or relayed from a worker; the lesson's own epoch line.
+        ("12/12 - 1s - 36ms/step - loss: 2.2015 - accuracy: 0.2240",
+         "epoch 1/2 - 3.6 s - loss 2.03 - accuracy 0.23"),
+        ("[worker 0] 78/78 - 9s - 110ms/step - accuracy: 0.2324 - loss: 2.0418",
+         "[worker 0] checkpoint saved: step 39 (epoch 1, batch 39/78) -> checkpoints/resume-state.npz"),
+        ("3/3 - 0s - 850us/step", "3/3 steps trained, 12 ms a step"),
+        ("[worker 1] I0000 00:00:1795454077.083047    5446 port.cc:153] oneDNN custom operations are on.",
+         "[worker 1] hello"),
+        # A message cut inside a sentence, at the end of the line or of a clause; ellipses that are not cuts.
+        ("IndivisibleError: per-dimension tiling factors: [2, 1, 1, 1] should evenly divide the …",
+         "IndivisibleError: per-dimension tiling factors: [2, 1, 1, 1] should evenly divide the shape."),
+        ("as written failed: You must feed a value for placeholder tensor …; built first: loss 2.2",
+         "worker counts 1, 2, 4, … as many as the cores allow"),
+        ("resuming from the checkpoint at step 12, after epoch...",
+         "  … 5 frame(s) inside installed libraries (TensorFlow, Keras) …"),
+    ],
+)
+def test_each_new_kind_of_noise_and_its_look_alike(tmp_path, noisy, clean):
+    path = _write(tmp_path, _cell(_stream(f"{noisy}\n{clean}\n")))
+    assert noise_in(path) == [noisy.replace("\r", "\\r")]
+
+
+BULLETS = [
+    "* **The collective timeout** turns the wait into `DeadlineExceededError`; `launch` stops the rest.",
+    "* **The watchdog's stacks** say where each worker waits.",
+]
+
+
+def test_a_bullet_said_twice_in_one_cell_is_flagged_where_it_comes_again(tmp_path):
+    again = BULLETS[0][:-1] + ". The cell below prints the error worker 0 ended on."  # it, and more
+    markdown = new_markdown_cell("\n".join([*BULLETS, again, "", "- ok", "- ok"]))  # short items may repeat
+    waited = "  - worker 0 waited in the all-reduce"
+    output = _cell(_stream(f"Findings:\n{waited}\n{waited}\n"))
+    assert noise_in(_write(tmp_path, markdown, output)) == [again, waited]
+
+
+def test_the_same_bullet_in_two_cells_is_not_a_repetition(tmp_path):
+    cells = [new_markdown_cell(BULLETS[0]), new_markdown_cell("\n".join(BULLETS)),
+             _cell(_stream(BULLETS[1] + "\n")), _cell(_stream(BULLETS[1] + "\n"))]  # fmt: skip
+    assert noise_in(_write(tmp_path, *cells)) == []

@@ -50,7 +50,11 @@ def test_teaching_shape(notebook):
     if path.parent.name == "solutions":  # a title linking the lesson, then one section per exercise
         assert markdown[0].startswith(f"# {path.name[:2]} · Solutions"), "title first, numbered like the file"
         assert f"(../{path.name.replace('_solutions', '')})" in markdown[0], "links its lesson"
-        assert sum(len(re.findall(r"^## Exercise \d", m, flags=re.M)) for m in markdown) >= 2
+        lesson = json.loads((path.parent.parent / path.name.replace("_solutions", "")).read_text())
+        asked = next("".join(c["source"]) for c in lesson["cells"] if "## Exercises" in "".join(c["source"]))
+        count = len(re.findall(r"^\d+\. ", asked.split("## Exercises")[1], flags=re.M))
+        answered = [int(n) for m in markdown for n in re.findall(r"^## Exercise (\d+)", m, flags=re.M)]
+        assert answered == list(range(1, count + 1)), "a heading for each of the lesson's exercises, in order"
         return
     assert markdown[0].startswith(f"# {path.name[:2]} ·"), "title first, numbered like the file"
     assert "**Objectives**" in markdown[0]

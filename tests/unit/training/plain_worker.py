@@ -3,7 +3,7 @@
     python tests/unit/training/plain_worker.py ROLE [ARGS...]   (started by `mgtutor.training.cluster.launch`)
 
 ROLE is what the test needs from each worker:
-- ``echo``: print TF-style start-up chatter and a greeting, report what the worker was given;
+- ``echo``: print TF-style start-up chatter, Keras's epoch lines and a greeting, report what it was given;
 - ``fail_once_0_has_a_child``: worker 0 starts a grandchild and writes its pid to ARGS[0];
   worker 1 waits for that file, then exits 3;
 - ``sleep``: print, then sleep a minute (to be timed out or killed);
@@ -28,6 +28,8 @@ role, args = sys.argv[1], sys.argv[2:]
 
 if role == "echo":
     print("I0000 00:00:1795328799.588791     479 cudart_stub.cc:31] Could not find cuda drivers")
+    print("Epoch 1/2")
+    print("78/78 - 9s - 110ms/step - accuracy: 0.2324 - loss: 2.0418")  # Keras's fit(verbose=2)
     print(f"hello from {INDEX}")
     report_result({"index": INDEX, "tf_config": json.loads(os.environ["TF_CONFIG"]),
                    "args": args, "extra": os.environ["EXTRA"]})  # fmt: skip

@@ -110,6 +110,8 @@ def test_streams_prefixed_output_and_collects_each_result(capsys):
     assert RESULT_MARK not in printed  # result lines are collected, not shown
     assert "cudart_stub" not in printed  # TF's start-up chatter is dropped from the stream...
     assert "cudart_stub" in result.workers[0].log_tail[0]  # ...not from the log
+    assert "/step" not in printed and "[worker 0] Epoch 1/2" in printed  # Keras's step line too, not "Epoch"
+    assert result.workers[0].log_tail[2].startswith("78/78 - 9s - 110ms/step")
     _assert_nothing_left(result)
 
 

@@ -70,9 +70,14 @@ def test_a_killed_runs_lock_does_not_block_a_restart_which_says_whose_it_was(tmp
         lock.release()
 
 
-def test_the_owners_command_names_its_files_without_folders_and_is_cut_at_a_word():
+def test_the_owners_command_names_its_files_without_folders_and_counts_what_it_leaves_out():
+    python = runlock.os.path.basename(sys.executable)
     short = runlock.command_text(["/home/someone/course/work/worker.py", "--fast"])
-    assert short == f"{runlock.os.path.basename(sys.executable)} worker.py --fast"
-    long = runlock.command_text(["/tmp/x/train.py", json.dumps({f"key{i}": i for i in range(60)})], limit=80)
-    assert long.endswith(" …") and len(long) <= 82 and "/tmp/x" not in long
-    assert json.dumps({f"key{i}": i for i in range(60)}).startswith(long.split(" ", 2)[2][:-2])  # a prefix
+    assert short == f"{python} worker.py --fast"
+    settings = json.dumps({f"key{i}": i for i in range(60)})
+    long = runlock.command_text(["/tmp/x/train.py", "--fast", settings, "again"], limit=80)
+    # Whole words only: a JSON argument cut in the middle would read as a sentence cut off.
+    assert long == f"{python} train.py --fast [2 more arguments: {len(settings) + 6} characters]"
+    assert runlock.command_text(["/tmp/x/" + "t" * 90 + ".py", settings], limit=40) == (
+        f"{python} {'t' * 90}.py [1 more argument: {len(settings)} characters]"  # the script, however long
+    )
