@@ -6,8 +6,8 @@ each kind of arithmetic costs. Run from the repository root::
     python benchmarks/bench_capstone.py speed        # images/s of the step: precision, XLA, widths, sides
     python benchmarks/bench_capstone.py comparisons  # the seeds' recipes, for --minutes each
 
-`ablations` and `levers` train the lesson's recipe (`mgtutor.capstone`, generated from the lesson) on a
-balanced subset of `--train` CIFAR-10 images for `--epochs` epochs (the ones before the last
+`ablations` and `levers` train the lesson's recipe (`mgtutor.training.capstone`, generated from the lesson) on
+a balanced subset of `--train` CIFAR-10 images for `--epochs` epochs (the ones before the last
 `--full-size-epochs` shrunk as the lesson's first epochs are, by its rule `epoch_sides`), `--repeats` times
 with other seeds, the variants in turn, each tested on the whole test set; then the same with one thing
 changed. `ablations` takes one trick out (the whitening bias's epochs too); `levers` adds one of airbench94's
@@ -106,7 +106,7 @@ def _airbench_levers(model, recipe: dict):
     """airbench94's levers the lesson leaves out, applied to a built model; its optimizer for them."""
     import keras
 
-    from mgtutor.capstone import start_as_identity
+    from mgtutor.training.capstone import start_as_identity
 
     if recipe["initial_scale"] == "airbench":  # PyTorch's default: uniform, variance 1/(3 fan_in)
         start = keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform", seed=0)
@@ -134,7 +134,8 @@ def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int],
     import keras
     import numpy as np
 
-    from mgtutor.capstone import (
+    from mgtutor.data_parallel import mirrored_strategy
+    from mgtutor.training.capstone import (
         TTA_WEIGHTS,
         Lookahead,
         OneCycle,
@@ -147,7 +148,6 @@ def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int],
         tta_view,
         whitening_filters,
     )
-    from mgtutor.data_parallel import mirrored_strategy
 
     # Before the stream: its shuffle's order follows the global seed too, which the first run in a process
     # would otherwise find unset and the later ones set (measured: the same seed gave 0.6109, then 0.6086).
@@ -205,7 +205,7 @@ def accuracy_study(args, variants: dict[str, dict]) -> None:
     _header(args.study)
     data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train, None, seed=0)
     print(data.summary())
-    from mgtutor.capstone import epoch_sides
+    from mgtutor.training.capstone import epoch_sides
 
     sides = epoch_sides(args.epochs, args.full_size_epochs, SMALL_SIZES, data.input_shape[0])
     print(f"{args.epochs} epochs of {len(data.y_train):,} images (sides {sides}), batch 512 unless said, "
@@ -264,7 +264,7 @@ def train_for_minutes(data, model_name: str, batch: int, minutes: float) -> list
     import keras
 
     from mgtutor import build_model, seed_optimizer
-    from mgtutor.capstone import channel_statistics, evaluation_stream, training_stream
+    from mgtutor.training.capstone import channel_statistics, evaluation_stream, training_stream
 
     stats = channel_statistics(data.x_train)
     y_train, y_test = (keras.utils.to_categorical(y, data.num_classes) for y in (data.y_train, data.y_test))
@@ -336,8 +336,8 @@ def speed(args) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from mgtutor.capstone import build_capstone_cnn, step_rate, whitening_filters
     from mgtutor.data_parallel import mirrored_strategy
+    from mgtutor.training.capstone import build_capstone_cnn, step_rate, whitening_filters
 
     strategy = mirrored_strategy()
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ so each spread covers the drift between jobs. For each network it prints strong 
 a difference only beyond them), the workers against one process with every core, the link's
 latency and bandwidth fitted from the largest job's all-reduces (4 KB to --link-max-mb), and the
 step lesson 11's model predicts from them beside the measured one. The capstone's network is
-`mgtutor.capstone.build_capstone_cnn` (its whitening computed from the data). ``--train`` also
+`mgtutor.training.capstone.build_capstone_cnn` (its whitening computed from the data). ``--train`` also
 trains the lesson's recipe (the seed CNN, Adam) to --target on 1 and n one-core workers and one
 process with their cores.
 """
@@ -51,7 +51,7 @@ def write_worker(folder: Path) -> Path:
 def save_networks(names: list[str], folder: Path, args: argparse.Namespace) -> dict[str, tuple[Path, int]]:
     """Each network's starting weights as a .keras file (every job loads it), and its gradient's bytes."""
     from mgtutor import build_model, load_dataset, save_model
-    from mgtutor.capstone import build_capstone_cnn, whitening_filters
+    from mgtutor.training.capstone import build_capstone_cnn, whitening_filters
 
     data = load_dataset("cifar10", args.data_path, seed=args.seed).subset(2000, 1, seed=args.seed)
     (x, _), _ = data.prepared(standardize=True)

@@ -27,7 +27,7 @@ MODULES = {
         "Preparing arrays for training: scaled pixels, one-hot labels, a tf.data pipeline (lesson 01).",
     ),
     "notebooks/16_capstone.ipynb": (
-        "mgtutor/capstone.py",
+        "mgtutor/training/capstone.py",
         "The capstone's recipe (lesson 16), for its benchmark, its tests and `make check`: the input\n"
         "stream (flips and crops of whole batches, alternating flips, progressive resizing), the network\n"
         "(a whitening first layer, convolutions that start as the identity), the one-cycle schedule,\n"

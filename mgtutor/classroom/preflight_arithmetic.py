@@ -15,7 +15,7 @@ def main() -> None:
     setup_devices(1, verbose=False)
     import numpy as np
 
-    from mgtutor.capstone import build_capstone_cnn, race_arithmetic, whitening_filters
+    from mgtutor.training.capstone import build_capstone_cnn, race_arithmetic, whitening_filters
 
     rng = np.random.default_rng(0)
     images = rng.normal(size=(BATCH, 32, 32, 3)).astype(np.float32)

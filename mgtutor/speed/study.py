@@ -1,6 +1,7 @@
 """The scaling study: `scaling_study` and ``python -m mgtutor.speed.study --devices 1 2 4``.
 
-Its arguments are checked once, here, under their own names, into a `StudyArgs`. Each device count
+Its options are the fields of `StudyArgs`, written once (its signature and the command line's defaults
+come from them), and checked once, here, under their own names. Each device count
 then runs ``python -m mgtutor.speed.measure`` in a child process of its own, which reports its
 `Run`s; `mgtutor.speed.reading` reads them and `mgtutor.speed.figure` draws the reading. This
 process never imports TensorFlow.
@@ -31,6 +32,7 @@ from mgtutor.speed.measure import (
 )
 from mgtutor.speed.reading import Reading, read_scaling
 from mgtutor.support.checks import check_whole, is_real, is_whole
+from mgtutor.support.options import takes_options
 
 DEFAULT_TIMEOUT_S = 1800.0
 RESULTS_FILE = "scaling.json"
@@ -42,26 +44,28 @@ PLOT_FILE = "scaling.png"
 
 @dataclass(frozen=True, kw_only=True)
 class StudyArgs:
-    """`scaling_study`'s arguments, checked. Weak scaling (no `global_batch`) keeps
-    `batch_size_per_replica` on every device count; strong scaling gives each of n devices
-    ``global_batch // n``."""
+    """`scaling_study`'s options, written once: its signature and the command line's defaults come from
+    these fields. As a caller passes them they are unchecked; `check_study` returns them checked
+    (`devices` and `pipelines` tuples, `data_path` a str, `output` a `Path`, `timeout` a float).
+    Weak scaling (no `global_batch`) keeps `batch_size_per_replica` on every device count; strong
+    scaling gives each of n devices ``global_batch // n``."""
 
-    devices: tuple[int, ...]
-    pipelines: tuple[str, ...]
-    model: str
-    strategy: str
-    batch_size_per_replica: int
-    global_batch: int | None
-    steps: int
-    warmup_steps: int
-    repeats: int
-    dataset: str
-    data_path: str | None
-    samples: int | None
-    seed: int
-    isolate: bool
-    output: Path | None
-    timeout: float
+    devices: Sequence[int] = (1, 2, 4)
+    pipelines: Sequence[str] = ("synthetic", "in_memory")
+    model: str = "seed_cnn"
+    strategy: str = "mirrored"
+    batch_size_per_replica: int = 32
+    global_batch: int | None = None
+    steps: int = 20
+    warmup_steps: int = 3
+    repeats: int = 3
+    dataset: str = "cifar10"
+    data_path: str | os.PathLike | None = None
+    samples: int | None = None
+    seed: int = 0
+    isolate: bool = False
+    output: str | os.PathLike | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
 
     def per_replica(self, n: int) -> int:
         """Images per device per step on `n` devices."""
@@ -143,46 +147,27 @@ def _check_data(args: StudyArgs) -> None:
         )
 
 
-def check_study(
-    *,
-    devices: Any,
-    pipelines: Any,
-    model: Any,
-    strategy: Any,
-    batch_size_per_replica: Any,
-    global_batch: Any,
-    steps: Any,
-    warmup_steps: Any,
-    repeats: Any,
-    dataset: Any,
-    data_path: Any,
-    samples: Any,
-    seed: Any,
-    isolate: Any,
-    output: Any,
-    timeout: Any,
-) -> StudyArgs:
-    """`scaling_study`'s arguments, each checked under its own name before any child starts."""
-    devices, pipelines = _check_counts(devices), _check_pipelines(pipelines)
+def check_study(asked: StudyArgs) -> StudyArgs:
+    """`scaling_study`'s options, each checked under its own name before any child starts."""
+    a = asked
+    devices, pipelines = _check_counts(a.devices), _check_pipelines(a.pipelines)
     check_run_settings(
-        model=model, strategy=strategy, steps=steps, warmup_steps=warmup_steps, samples=samples, seed=seed,
-        repeats=repeats,
-    )
-    if not is_real(timeout) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds per child process, got {timeout!r}.")
-    if output is not None and Path(output).exists() and not Path(output).is_dir():
+        model=a.model, strategy=a.strategy, steps=a.steps, warmup_steps=a.warmup_steps, samples=a.samples,
+        seed=a.seed, repeats=a.repeats,
+    )  # fmt: skip
+    if not is_real(a.timeout) or not a.timeout > 0:
         raise ValueError(
-            f"output {str(output)!r} is a file; pass a folder for {RESULTS_FILE} and {PLOT_FILE}."
+            f"timeout must be a positive number of seconds per child process, got {a.timeout!r}."
         )
-    if not isinstance(isolate, bool):
-        raise ValueError(f"isolate must be True or False, got {isolate!r}.")
-    args = StudyArgs(
-        devices=devices, pipelines=pipelines, model=model, strategy=strategy,
-        batch_size_per_replica=batch_size_per_replica, global_batch=global_batch, steps=steps,
-        warmup_steps=warmup_steps, repeats=repeats, dataset=dataset,
-        data_path=None if data_path is None else str(data_path),
-        samples=samples, seed=seed, isolate=isolate, output=None if output is None else Path(output),
-        timeout=float(timeout),
+    if a.output is not None and Path(a.output).exists() and not Path(a.output).is_dir():
+        raise ValueError(
+            f"output {str(a.output)!r} is a file; pass a folder for {RESULTS_FILE} and {PLOT_FILE}."
+        )
+    if not isinstance(a.isolate, bool):
+        raise ValueError(f"isolate must be True or False, got {a.isolate!r}.")
+    args = replace(
+        a, devices=devices, pipelines=pipelines, data_path=None if a.data_path is None else str(a.data_path),
+        output=None if a.output is None else Path(a.output), timeout=float(a.timeout),
     )  # fmt: skip
     _check_batches(args)
     _check_data(args)
@@ -261,27 +246,8 @@ def _write_outputs(study: Study, output: Path) -> Study:
     return study
 
 
-def scaling_study(
-    devices: Sequence[int] = (1, 2, 4),
-    pipelines: Sequence[str] = ("synthetic", "in_memory"),
-    *,
-    model: str = "seed_cnn",
-    strategy: str = "mirrored",
-    batch_size_per_replica: int = 32,
-    global_batch: int | None = None,
-    steps: int = 20,
-    warmup_steps: int = 3,
-    repeats: int = 3,
-    dataset: str = "cifar10",
-    data_path: str | os.PathLike | None = None,
-    samples: int | None = None,
-    seed: int = 0,
-    isolate: bool = False,
-    output: str | os.PathLike | None = None,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    verbose: bool = True,
-    reuse: Study | None = None,
-) -> Study:
+@takes_options(StudyArgs, positional=("devices", "pipelines"))
+def scaling_study(*, verbose: bool = True, reuse: Study | None = None, **options: Any) -> Study:
     """Training throughput on each device count of `devices`, with each input pipeline; speed-up and reading.
 
     Each device count runs in its own child process (`measure_training` there),
@@ -302,12 +268,7 @@ def scaling_study(
     children measured (the same settings, per-replica batch included, and
     pipelines) takes those runs instead of measuring them again.
     """
-    args = check_study(
-        devices=devices, pipelines=pipelines, model=model, strategy=strategy,
-        batch_size_per_replica=batch_size_per_replica, global_batch=global_batch, steps=steps,
-        warmup_steps=warmup_steps, repeats=repeats, dataset=dataset, data_path=data_path, samples=samples,
-        seed=seed, isolate=isolate, output=output, timeout=timeout,
-    )  # fmt: skip
+    args = check_study(StudyArgs(**options))
     groups = [(n, [p]) for n in args.devices for p in args.pipelines] if args.isolate else [
         (n, list(args.pipelines)) for n in args.devices
     ]
@@ -343,36 +304,38 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     """What each measurement does: the model, its input, its strategy, its batch and steps."""
     from mgtutor.models import MODEL_BUILDERS
 
-    add = parser.add_argument
-    add("--devices", type=int, nargs="+", default=[1, 2, 4], metavar="N",
-        help="device counts to measure (default: 1 2 4)")
-    add("--model", default="seed_cnn", metavar="NAME",
-        help=f"one of {', '.join(sorted(MODEL_BUILDERS))} (default: seed_cnn)")
-    add("--pipelines", nargs="+", default=["synthetic", "in_memory"], metavar="P",
-        help=f"input pipelines among {', '.join(PIPELINES)} (default: synthetic in_memory)")
-    add("--strategy", default="mirrored", metavar="S",
+    add, d = parser.add_argument, StudyArgs()  # the defaults are scaling_study's
+    # fmt: off
+    add("--devices", type=int, nargs="+", default=list(d.devices), metavar="N",
+        help=f"device counts to measure (default: {' '.join(map(str, d.devices))})")
+    add("--model", default=d.model, metavar="NAME",
+        help=f"one of {', '.join(sorted(MODEL_BUILDERS))} (default: %(default)s)")
+    add("--pipelines", nargs="+", default=list(d.pipelines), metavar="P",
+        help=f"input pipelines among {', '.join(PIPELINES)} (default: {' '.join(d.pipelines)})")
+    add("--strategy", default=d.strategy, metavar="S",
         help="for 2+ devices: mirrored (MirroredStrategy) or towers (multi_gpu_model)")
-    add("--batch-size-per-replica", type=int, default=32, metavar="B",
-        help="images per device per step; the global batch is B x devices (default: 32)")
-    add("--steps", type=int, default=20, help="timed training steps per repeat (default: 20)")
-    add("--repeats", type=int, default=3,
-        help="blocks of --steps timed one after another: median and spread (default: 3)")
-    add("--warmup-steps", type=int, default=3,
-        help="untimed steps first, at least 1: the first traces the graph (default: 3)")  # fmt: skip
+    add("--batch-size-per-replica", type=int, default=d.batch_size_per_replica, metavar="B",
+        help="images per device per step; the global batch is B x devices (default: %(default)s)")
+    add("--steps", type=int, default=d.steps, help="timed training steps per repeat (default: %(default)s)")
+    add("--repeats", type=int, default=d.repeats,
+        help="blocks of --steps timed one after another: median and spread (default: %(default)s)")
+    add("--warmup-steps", type=int, default=d.warmup_steps,
+        help="untimed steps first, at least 1: the first traces the graph (default: %(default)s)")
+    # fmt: on
 
 
 def _add_study_flags(parser: argparse.ArgumentParser) -> None:
     """Where the data comes from, how the processes are laid out, where the results go."""
-    add = parser.add_argument
-    add("--dataset", default="cifar10", help="cifar10, mnist or synthetic (default: cifar10)")
-    add("--data-path", default=None,
+    add, d = parser.add_argument, StudyArgs()
+    add("--dataset", default=d.dataset, help="cifar10, mnist or synthetic (default: %(default)s)")
+    add("--data-path", default=d.data_path,
         help="a data file or folder (default: MGTUTOR_DATA_DIR, the Keras cache, then a download)")
-    add("--samples", type=int, default=None, help="training images to use (default: all)")
-    add("--seed", type=int, default=0, help="weights, shuffling and augmentation (default: 0)")
+    add("--samples", type=int, default=d.samples, help="training images to use (default: all)")
+    add("--seed", type=int, default=d.seed, help="weights, shuffling and augmentation (default: %(default)s)")
     add("--isolate", action="store_true",
         help="one process per (devices, pipeline) instead of one per device count")
-    add("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-        help=f"seconds allowed per child process (default: {DEFAULT_TIMEOUT_S:g})")
+    add("--timeout", type=float, default=d.timeout,
+        help="seconds allowed per child process (default: %(default)g)")
     add("--out", default="scaling",
         help="folder for scaling.json and scaling.png (default: scaling)")  # fmt: skip
 
@@ -418,13 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        study = scaling_study(
-            args.devices, args.pipelines, model=args.model, strategy=args.strategy,
-            batch_size_per_replica=args.batch_size_per_replica, steps=args.steps,
-            warmup_steps=args.warmup_steps, repeats=args.repeats,
-            dataset=args.dataset, data_path=args.data_path, samples=args.samples, seed=args.seed,
-            isolate=args.isolate, output=args.out, timeout=args.timeout,
-        )  # fmt: skip
+        flags = {name: getattr(args, name) for name in StudyArgs.__dataclass_fields__ if hasattr(args, name)}
+        study = scaling_study(**flags, output=args.out)
     except (ValueError, DataError) as err:  # bad arguments or no data: found before any child starts
         message = str(err)
         for name, flag in _FLAGS.items():

@@ -36,7 +36,9 @@ def check_seed(seed: Any, name: str = "seed") -> int | None:
     return int(seed)
 
 
-def renamed(options: dict[str, Any], old: str, new: str, value: Any, default: Any) -> Any:
+def renamed(
+    options: dict[str, Any], old: str, new: str, value: Any, default: Any, *, stacklevel: int = 3
+) -> Any:
     """`value` of keyword `new`, or of `old` popped from `options` (its name before), with a warning.
 
     Both given is refused: the call would say two things. The warning comes once per calling line
@@ -48,5 +50,6 @@ def renamed(options: dict[str, Any], old: str, new: str, value: Any, default: An
         raise TypeError(f"{old} and {new} are one option ({old} is its old name): pass {new}=... only.")
     import warnings
 
-    warnings.warn(f"{old} is now called {new}; {old}=... still works, for now.", FutureWarning, stacklevel=3)
+    warning = f"{old} is now called {new}; {old}=... still works, for now."
+    warnings.warn(warning, FutureWarning, stacklevel=stacklevel)
     return options.pop(old)

@@ -15,6 +15,10 @@
   the loopback-only network namespace its workers run in; `proctree`, a process and everything it
   started, killed alike everywhere; `pinning`, each worker on cores of its own (``cores_per_worker``),
   before TensorFlow starts.
+- `parameter_averaging`: seed 004's `ParallelWrapper` (deeplearning4j's), workers' copies averaged every
+  few rounds; `worker_batches`, the batches it deals them, read ahead in a thread.
+- `capstone`: lesson 16's recipe, generated from the lesson, for its benchmark and its tests; of the
+  package only `make check`'s child that times its step imports it.
 - `slurm`: a real two-node Slurm cluster on this machine (`cluster/slurm/local_cluster.sh`: network and
   UTS namespaces joined by a veth), driven as a user on its head node would (lesson 17, its tests).
 """

@@ -1,23 +1,29 @@
-"""`FitPlan`: one fit's arguments, checked once, before any work.
+"""`FitOptions`, a fit's options written once; `FitPlan`, them checked, before any work.
 
-Both engines (`RESUMABLE_FIT`, Keras ``fit`` made resumable; `TRAINER`, a ``strategy.run`` loop) gather
-what their caller asked into `FitOptions`, one typed record with one name per option, and `plan_fit`
-checks it against what the `Engine` can do; each engine then reads only the `FitPlan`. A new training
-option is one field of `FitOptions` and of `FitPlan` and its check in `plan_fit`.
+Both engines (`RESUMABLE_FIT`, Keras ``fit`` made resumable; `TRAINER`, a ``strategy.run`` loop) take
+their options as fields of `FitOptions`: each `Engine` names the fields it takes, and `fit_signature`
+derives its function's signature from them (`mgtutor.support.options`). `plan_fit` checks them against
+what the engine can do; each engine then reads only the `FitPlan`. A new training option is one field
+of `FitOptions`, its name in the engines that take it, and its check in `plan_fit`. `Trainer`'s own
+parts (model, optimizer, metrics, strategy) are checked here too, before it builds anything.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from mgtutor.data_parallel import check_batch_divisible
 from mgtutor.support.checks import check_whole
+from mgtutor.support.options import REQUIRED, takes_options
 from mgtutor.training import checkpoints
 
 
@@ -30,15 +36,51 @@ class Validation:
     batch_size: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """A fit's options, one name each, in the order `Trainer.fit` lists them: the one list both engines'
+    signatures are derived from. As a caller passes them they are unchecked; `FitPlan.options` holds
+    them checked (`steps_per_epoch` counted, `verbose` 0, 1 or 2, `callbacks` a tuple, folders `Path`s).
+
+    `fit_options` are Keras ``fit``'s own (resumable_fit hands them on; Keras checks them).
+    """
+
+    x: Any
+    y: Any
+    batch_size: int
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+    validation_data: tuple[np.ndarray, np.ndarray] | None = None
+    validation_batch_size: int | None = None
+    shuffle: bool = True
+    seed: int = 0
+    sample_weight: Any = None
+    callbacks: Sequence[keras.callbacks.Callback] | None = None
+    verbose: int | str = "auto"
+    checkpoint_dir: str | os.PathLike | None = None
+    checkpoint_every_steps: int | None = None
+    log_dir: str | os.PathLike | None = None
+    accumulation_steps: int = 1
+    resume_on_other_replicas: bool = False
+    fit_options: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Engine:
-    """What an engine can do, which decides what a fit may ask of it."""
+    """What an engine can do, which decides what a fit may ask of it, and the options it takes."""
 
     name: str
     whole_batches: bool  # True: an epoch trains only full batches (the Trainer slices them per replica)
     plain_arrays: bool  # True: x and y must be NumPy arrays, not nests
     accumulates: bool  # False: accumulation_steps > 1 is refused, with `ACCUMULATION_REFUSED`
     backup_fix: str  # what to do instead of Keras' BackupAndRestore
+    options: tuple[str, ...] = ()  # the `FitOptions` its function takes by keyword (x and y are its own)
+    defaults: tuple[tuple[str, Any], ...] = ()  # (option, default) where its default is not FitOptions'
+
+
+def fit_signature(engine: Engine, rest: str | None = None) -> Callable[[Callable], Callable]:
+    """Decorate an engine's ``def fit(..., x, y, **options)``: its signature, `engine`'s options."""
+    return takes_options(FitOptions, engine.options, defaults=dict(engine.defaults), rest=rest)
 
 
 # Why resumable_fit takes accumulation_steps=1 only (measured with Keras 3.15.1).
@@ -49,88 +91,53 @@ ACCUMULATION_REFUSED = (
     "metrics, strategy=...).fit(x, y, batch_size=..., accumulation_steps=k, checkpoint_dir=...): one "
     "all-reduce per k batches, the exact mean over them, on 1 or N devices and N workers, resumable."
 )
+# resumable_fit: callbacks, verbose and validation go to Keras fit with its own options (`fit_options`).
 RESUMABLE_FIT = Engine(
     "resumable_fit", whole_batches=False, plain_arrays=False, accumulates=False,
     backup_fix="Remove the BackupAndRestore callback: resumable_fit saves the whole state and resumes "
     "mid-epoch.",
+    options=("batch_size", "epochs", "seed", "sample_weight", "checkpoint_dir", "checkpoint_every_steps",
+             "accumulation_steps", "resume_on_other_replicas"),
+    defaults=(("epochs", REQUIRED), ("checkpoint_dir", REQUIRED), ("checkpoint_every_steps", 50)),
 )  # fmt: skip
 TRAINER = Engine(
     "Trainer.fit", whole_batches=True, plain_arrays=True, accumulates=True,
     backup_fix="Pass checkpoint_dir=... instead: it resumes mid-epoch.",
+    options=tuple(name for name in FitOptions.__dataclass_fields__
+                  if name not in ("x", "y", "sample_weight", "fit_options")),
 )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
-class FitOptions:
-    """A fit as its caller asked it, unchecked: the options both engines share, one name each.
-
-    `fit_options` are Keras ``fit``'s own (resumable_fit hands them on; Keras checks them).
-    """
-
-    x: Any
-    y: Any
-    batch_size: Any
-    epochs: Any
-    sample_weight: Any = None
-    seed: Any = 0
-    steps_per_epoch: Any = None
-    shuffle: Any = True
-    callbacks: Any = None
-    verbose: Any = "auto"
-    checkpoint_dir: Any = None
-    checkpoint_every_steps: Any = None
-    validation_data: Any = None
-    validation_batch_size: Any = None
-    log_dir: Any = None
-    accumulation_steps: Any = 1
-    resume_on_other_replicas: Any = False
-    fit_options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
 class FitPlan:
-    """One fit, every argument checked: what the engines train, in which order, and where they save.
+    """One fit, every option checked: what the engines train, in which order, and where they save.
 
-    `arrays` is ``(x, y)`` or ``(x, y, sample_weight)``, each an array or a nest of arrays with
-    `num_examples` rows. `batch_size` is the global batch (all replicas together). With
-    `whole_batches` an epoch trains only full batches (`steps_per_epoch` of them); without, its
-    last batch holds what is left. `settings` identify the run: a checkpoint of other settings is
-    refused. `fit_options` are what `resumable_fit` hands to Keras ``fit`` as they are (its
-    validation among them: Keras checks those). `accumulation_steps` batches make one optimizer
-    update (one all-reduce): an epoch is `updates_per_epoch` updates, its last one of the batches
-    left when `steps_per_epoch` is not a multiple.
+    `options` are the fit's options checked; the plan reads them as its own (``plan.batch_size`` is
+    ``plan.options.batch_size``, the global batch of all replicas together). `arrays` is ``(x, y)`` or
+    ``(x, y, sample_weight)``, each an array or a nest of arrays with `num_examples` rows. With
+    `whole_batches` an epoch trains only full batches (`steps_per_epoch` of them); without, its last
+    batch holds what is left. `settings` identify the run: a checkpoint of other settings is refused.
+    `fit_options` are what `resumable_fit` hands to Keras ``fit`` as they are (its validation among
+    them: Keras checks those). `accumulation_steps` batches make one optimizer update (one all-reduce):
+    an epoch is `updates_per_epoch` updates, its last one of the batches left when `steps_per_epoch`
+    is not a multiple.
     """
 
+    options: FitOptions
     arrays: tuple
     num_examples: int
-    batch_size: int
-    epochs: int
-    steps_per_epoch: int
     whole_batches: bool
-    shuffle: bool
-    seed: int
-    callbacks: tuple
-    verbose: int
-    checkpoint_dir: Path | None
-    checkpoint_every_steps: int | None
     validation: Validation | None
-    log_dir: Path | None
     settings: dict[str, Any]
-    accumulation_steps: int = 1
-    resume_on_other_replicas: bool = False  # a checkpoint of another replica count: go on where refused
-    fit_options: dict[str, Any] = field(default_factory=dict)  # resumable_fit's, handed to Keras fit
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "options":  # copy and pickle ask before `options` exists
+            raise AttributeError(name)
+        return getattr(self.options, name)
 
     @property
     def updates_per_epoch(self) -> int:
         return -(-self.steps_per_epoch // self.accumulation_steps)
-
-    @property
-    def x(self) -> Any:
-        return self.arrays[0]
-
-    @property
-    def y(self) -> Any:
-        return self.arrays[1]
 
 
 # --------------------------------------------------------------------------- the data
@@ -274,12 +281,64 @@ def plan_fit(options: FitOptions, *, engine: Engine, replicas: int) -> FitPlan:
         "batch_size": batch_size, "steps_per_epoch": steps, "seed": seed, "shuffle": o.shuffle,
         "num_examples": n, "data": checkpoints.fingerprint(arrays, n), "accumulation_steps": accumulation,
     }  # fmt: skip
-    return FitPlan(
-        arrays=arrays, num_examples=n, batch_size=batch_size, epochs=epochs, steps_per_epoch=steps,
-        whole_batches=engine.whole_batches, shuffle=o.shuffle, seed=seed,
+    checked = replace(
+        o, batch_size=batch_size, epochs=epochs, steps_per_epoch=steps, seed=seed,
         callbacks=_check_callbacks(o.callbacks, engine.backup_fix), verbose=_check_verbose(o.verbose),
-        checkpoint_dir=folder, checkpoint_every_steps=every, validation=validation,
+        checkpoint_dir=folder, checkpoint_every_steps=every, accumulation_steps=accumulation,
         log_dir=None if o.log_dir is None else checkpoints.checkpoint_folder(o.log_dir, "log_dir"),
-        settings=settings, accumulation_steps=accumulation, fit_options=dict(o.fit_options),
-        resume_on_other_replicas=o.resume_on_other_replicas,
+        fit_options=dict(o.fit_options),
     )  # fmt: skip
+    return FitPlan(
+        options=checked, arrays=arrays, num_examples=n, whole_batches=engine.whole_batches,
+        validation=validation, settings=settings,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the Trainer's parts
+
+
+def check_trainer_parts(model: Any, optimizer: Any, metrics: Any) -> None:
+    """`Trainer`'s model, optimizer and metrics, checked before anything is built."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}.")
+    if not model.built or not model.trainable_variables:
+        raise ValueError(
+            f"model {model.name!r} is not built (or has nothing to train). Build it first: start "
+            "it with keras.Input(shape=...) or call model.build(input_shape), inside strategy.scope()."
+        )
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"optimizer must be a keras.optimizers.Optimizer instance (e.g. keras.optimizers.SGD(0.01)), "
+            f"got {optimizer!r}. Create it inside strategy.scope(), next to the model."
+        )
+    if isinstance(metrics, (str, keras.metrics.Metric)) or not isinstance(metrics, Sequence):
+        raise TypeError(f"metrics must be a list such as ['accuracy'], got {metrics!r}.")
+
+
+def _strategy_of(variable: Any) -> Any:
+    """The strategy a (Keras) variable was created under, or None for a plain variable."""
+    value = getattr(variable, "value", variable)
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value.distribute_strategy
+    return None
+
+
+def trainer_strategy(model: keras.Model, optimizer: Any, strategy: Any) -> Any:
+    """The strategy `Trainer` trains under: `strategy`, or the one the model was built under, once the
+    model's and the optimizer's variables are known to be that strategy's."""
+    built_under = _strategy_of(model.trainable_variables[0])
+    if strategy is None:
+        strategy = built_under or tf.distribute.get_strategy()
+    elif not callable(getattr(strategy, "scope", None)) or not hasattr(strategy, "run"):
+        raise TypeError(f"strategy must be a tf.distribute strategy or None, got {strategy!r}.")
+    default = not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy()
+    for what, variable in (("model", model.trainable_variables[0]), ("optimizer", optimizer.iterations)):
+        under = _strategy_of(variable)
+        if under is not strategy and not (under is None and default):
+            raise ValueError(
+                f"the {what} was not created under this strategy's scope, so its variables are "
+                f"not mirrored on the strategy's {strategy.num_replicas_in_sync} replica(s). Create "
+                "both inside it:\n    with strategy.scope():\n        model = build_...(...)\n"
+                "        optimizer = keras.optimizers....(...)\nthen pass the same strategy."
+            )
+    return strategy

@@ -8,7 +8,6 @@ variable, the optimizer and metric state and the position; a restart trains only
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from mgtutor.support.checks import renamed
 from mgtutor.support.tfdata import without_autotuner
 from mgtutor.training import checkpoints, runlock
 from mgtutor.training.feeding import epoch_rows
-from mgtutor.training.plan import RESUMABLE_FIT, FitOptions, FitPlan, plan_fit
+from mgtutor.training.plan import RESUMABLE_FIT, FitOptions, FitPlan, fit_signature, plan_fit
 
 EPOCH_FILE = "epoch-{epoch:02d}.weights.h5"  # 1-based, as ModelCheckpoint's {epoch}
 BEST_FILE = "best.weights.h5"
@@ -397,23 +396,10 @@ def _run_held(model: Any, strategy: Any, plan: FitPlan, monitor: str, mode: str,
     return checkpoints.history_of(model, meta, params, resumed_from)
 
 
+@fit_signature(RESUMABLE_FIT, rest="fit_kwargs")
 def resumable_fit(
-    model: Any,
-    x: Any,
-    y: Any,
-    *,
-    checkpoint_dir: str | os.PathLike,
-    epochs: int,
-    batch_size: int,
-    checkpoint_every_steps: int = 50,
-    seed: int = 0,
-    strategy: Any = None,
-    sample_weight: Any = None,
-    monitor: str | None = None,
-    mode: str = "auto",
-    accumulation_steps: int = 1,
-    resume_on_other_replicas: bool = False,
-    **fit_kwargs: Any,
+    model: Any, x: Any, y: Any, *, strategy: Any = None, monitor: str | None = None, mode: str = "auto",
+    **options: Any,
 ) -> Any:
     """``model.fit(x, y, ...)`` that a restart with the same call continues where it was killed.
 
@@ -447,15 +433,16 @@ def resumable_fit(
     (`checkpoints.check_other_replicas`; `resume_on_other_replicas` goes on anyway).
     """
 
-    every = renamed(fit_kwargs, "save_every_steps", "checkpoint_every_steps", checkpoint_every_steps, 50)
+    fit_kwargs = {name: options.pop(name) for name in list(options) if name not in RESUMABLE_FIT.options}
+    # The warning names the caller's line: above this call, `fit_signature`'s wrapper and the caller.
+    every = options["checkpoint_every_steps"]
+    every = renamed(fit_kwargs, "save_every_steps", "checkpoint_every_steps", every, 50, stacklevel=4)
     strategy = _check_model(model, strategy)
     _check_fit_kwargs(fit_kwargs)
     replicas = int(strategy.num_replicas_in_sync)
     options = FitOptions(
-        x=x, y=y, sample_weight=sample_weight, batch_size=batch_size, epochs=epochs, seed=seed,
-        callbacks=fit_kwargs.pop("callbacks", None), verbose=fit_kwargs.pop("verbose", "auto"),
-        checkpoint_dir=checkpoint_dir, checkpoint_every_steps=every, fit_options=fit_kwargs,
-        accumulation_steps=accumulation_steps, resume_on_other_replicas=resume_on_other_replicas,
+        x=x, y=y, **{**options, "checkpoint_every_steps": every}, callbacks=fit_kwargs.pop("callbacks", None),
+        verbose=fit_kwargs.pop("verbose", "auto"), fit_options=fit_kwargs,
     )  # fmt: skip
     plan = plan_fit(options, engine=RESUMABLE_FIT, replicas=replicas)
     if plan.checkpoint_dir is None:

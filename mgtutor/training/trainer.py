@@ -10,7 +10,6 @@ uses too) let a killed job resume to the same weights. Importing it starts nothi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,19 +25,17 @@ from mgtutor.training.accumulation import accumulating_updates, gradient_sums, g
 from mgtutor.training.checkpoints import StrategyCheckpointer as Checkpointer
 from mgtutor.training.feeding import distributed, epoch_batches, fed_rows, padded_rows
 from mgtutor.training.losses import make_metric, per_example_loss
-from mgtutor.training.plan import TRAINER, FitOptions, FitPlan, check_arrays, plan_fit
+from mgtutor.training.plan import (
+    TRAINER,
+    FitOptions,
+    FitPlan,
+    check_arrays,
+    check_trainer_parts,
+    fit_signature,
+    plan_fit,
+    trainer_strategy,
+)
 from mgtutor.training.worker import is_chief, num_workers
-
-# --------------------------------------------------------------------------- strategies
-
-
-def _strategy_of(variable: Any) -> Any:
-    """The strategy a (Keras) variable was created under, or None for a plain variable."""
-    value = getattr(variable, "value", variable)
-    if isinstance(value, tf.distribute.DistributedValues):
-        return value.distribute_strategy
-    return None
-
 
 # --------------------------------------------------------------------------- the trainer
 
@@ -84,36 +81,9 @@ class Trainer:
         *,
         strategy: Any = None,
     ) -> None:
-        if not isinstance(model, keras.Model):
-            raise TypeError(f"model must be a keras.Model, got {type(model).__name__}.")
-        if not model.built or not model.trainable_variables:
-            raise ValueError(
-                f"model {model.name!r} is not built (or has nothing to train). Build it first: start "
-                "it with keras.Input(shape=...) or call model.build(input_shape), inside strategy.scope()."
-            )
-        if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
-                f"optimizer must be a keras.optimizers.Optimizer instance (e.g. keras.optimizers.SGD(0.01)), "
-                f"got {optimizer!r}. Create it inside strategy.scope(), next to the model."
-            )
-        if isinstance(metrics, (str, keras.metrics.Metric)) or not isinstance(metrics, Sequence):
-            raise TypeError(f"metrics must be a list such as ['accuracy'], got {metrics!r}.")
+        check_trainer_parts(model, optimizer, metrics)
         self.loss = per_example_loss(loss)
-        built_under = _strategy_of(model.trainable_variables[0])
-        if strategy is None:
-            strategy = built_under or tf.distribute.get_strategy()
-        elif not callable(getattr(strategy, "scope", None)) or not hasattr(strategy, "run"):
-            raise TypeError(f"strategy must be a tf.distribute strategy or None, got {strategy!r}.")
-        default = not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy()
-        for what, variable in (("model", model.trainable_variables[0]), ("optimizer", optimizer.iterations)):
-            under = _strategy_of(variable)
-            if under is not strategy and not (under is None and default):
-                raise ValueError(
-                    f"the {what} was not created under this strategy's scope, so its variables are "
-                    f"not mirrored on the strategy's {strategy.num_replicas_in_sync} replica(s). Create "
-                    "both inside it:\n    with strategy.scope():\n        model = build_...(...)\n"
-                    "        optimizer = keras.optimizers....(...)\nthen pass the same strategy."
-                )
+        strategy = trainer_strategy(model, optimizer, strategy)
         self.model = model
         self.optimizer = optimizer
         self.strategy = strategy
@@ -315,26 +285,8 @@ class Trainer:
 
     # -- training
 
-    def fit(
-        self,
-        x: np.ndarray,
-        y: np.ndarray,
-        *,
-        batch_size: int,
-        epochs: int = 1,
-        steps_per_epoch: int | None = None,
-        validation_data: tuple[np.ndarray, np.ndarray] | None = None,
-        validation_batch_size: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        callbacks: Sequence[keras.callbacks.Callback] | None = None,
-        verbose: int | str = "auto",
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every_steps: int | None = None,
-        log_dir: str | os.PathLike | None = None,
-        accumulation_steps: int = 1,
-        resume_on_other_replicas: bool = False,
-    ) -> keras.callbacks.History:
+    @fit_signature(TRAINER)
+    def fit(self, x: np.ndarray, y: np.ndarray, **options: Any) -> keras.callbacks.History:
         """Train for `epochs` epochs of full global batches of `batch_size`; returns the History.
 
         Every worker of a multi-worker job makes the same call. An epoch is
@@ -365,14 +317,7 @@ class Trainer:
         `checkpoint_every_steps` and ``steps_trained`` count these steps
         (updates); checkpoints fall between them. `resume_on_other_replicas`: see the class.
         """
-        options = FitOptions(
-            x=x, y=y, batch_size=batch_size, epochs=epochs, seed=seed, steps_per_epoch=steps_per_epoch,
-            shuffle=shuffle, callbacks=callbacks, verbose=verbose, checkpoint_dir=checkpoint_dir,
-            checkpoint_every_steps=checkpoint_every_steps, validation_data=validation_data,
-            validation_batch_size=validation_batch_size, log_dir=log_dir,
-            accumulation_steps=accumulation_steps, resume_on_other_replicas=resume_on_other_replicas,
-        )  # fmt: skip
-        plan = plan_fit(options, engine=TRAINER, replicas=self.num_replicas)
+        plan = plan_fit(FitOptions(x=x, y=y, **options), engine=TRAINER, replicas=self.num_replicas)
         say = print if (plan.verbose and self.is_chief) else (lambda *_: None)
         self._build_metrics(plan.x, plan.y)
         state, checkpointer, resumed_from = self._start(plan, say)

@@ -649,7 +649,7 @@ def _(records: dict, p: dict) -> None:
         assert data["copy"].startswith("the SYNTHETIC stand-in")
     else:  # ../shared/data holds the whole set only as the JPEG-once copy
         assert data["copy"].startswith("a JPEG-once copy")
-    assert records["parameters"] == 570_296  # mgtutor.capstone's count too (tests/unit/test_capstone.py)
+    assert records["parameters"] == 570_296  # the count of tests/unit/training/test_capstone.py too
     assert records["identity_convolutions"] == 6
     whitening = records["whitening"]
     assert whitening["filters"] == 24 and whitening["off_diagonal"] < 1e-5  # float64: uncorrelated outputs
@@ -689,7 +689,7 @@ def _(records: dict, p: dict) -> None:
     schedule = records["schedule"]
     assert schedule["total_steps"] == p["EPOCHS"] * -(-images // p["BATCH_SIZE"])
     # epoch by epoch, from the stream itself: the package's rule (unit-tested) gives the same sides
-    from mgtutor.capstone import epoch_sides  # TensorFlow in the test process only when this runs
+    from mgtutor.training.capstone import epoch_sides  # TensorFlow in the test process only when this runs
 
     assert records["sides"] == epoch_sides(p["EPOCHS"], p["FULL_SIZE_EPOCHS"], p["SMALL_SIZES"], 32)
     bias = records["whitening_bias"]  # learnt while trainable (from 0), frozen once its epochs are over

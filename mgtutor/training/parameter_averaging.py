@@ -24,7 +24,7 @@ import tensorflow as tf
 from mgtutor.data_parallel import copy_model
 from mgtutor.devices import resolve_devices
 from mgtutor.support.checks import check_whole
-from mgtutor.worker_batches import Prefetcher, Source, checked_fit, rows
+from mgtutor.training.worker_batches import Prefetcher, Source, checked_fit, rows
 
 
 def replica_spread(models: Sequence[keras.Model]) -> float:

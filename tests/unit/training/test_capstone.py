@@ -1,5 +1,6 @@
-"""mgtutor.capstone, generated from lesson 16's #@save cells: the stream, the network, the schedule, the
-whitening bias's epochs, lookahead, the timing of the arithmetic, the time-to-accuracy record, test views."""
+"""mgtutor.training.capstone, generated from lesson 16's #@save cells: the stream, the network, the
+schedule, the whitening bias's epochs, lookahead, the timing of the arithmetic, the time-to-accuracy
+record, test views."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from mgtutor.capstone import (
+from mgtutor.training.capstone import (
     TTA_WEIGHTS,
     Lookahead,
     OneCycle,

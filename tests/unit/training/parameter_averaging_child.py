@@ -1,6 +1,6 @@
 """The child process of test_parameter_averaging.py: ParallelWrapper on 2 simulated devices.
 
-    python tests/unit/parameter_averaging_child.py
+    python tests/unit/training/parameter_averaging_child.py
 
 TensorFlow fixes its devices once per process, so everything that needs two
 devices runs here: argument errors before any TensorFlow work, parity with
@@ -13,7 +13,7 @@ import os
 import tempfile
 import warnings
 
-import mgtutor.parameter_averaging as avg
+import mgtutor.training.parameter_averaging as avg
 from mgtutor.devices import setup_devices
 
 # Argument errors come before any TensorFlow work: setup_devices(2) would refuse to run

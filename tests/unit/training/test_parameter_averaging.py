@@ -1,4 +1,4 @@
-"""mgtutor.parameter_averaging: DL4J's ParallelWrapper (parameter averaging) on Keras 3.
+"""mgtutor.training.parameter_averaging: DL4J's ParallelWrapper (parameter averaging) on Keras 3.
 
 Everything that needs two devices runs in ONE child process (devices are fixed once
 per process): parity with synchronous training, the averaging schedule and log,
@@ -29,7 +29,7 @@ MIN_UPDATE = 1e-2
 # by far more than rounding (measured 0.29-0.52 before each averaging at lr 0.1).
 MIN_SPREAD = 1e-4
 
-CHILD = ROOT / "tests" / "unit" / "parameter_averaging_child.py"
+CHILD = ROOT / "tests" / "unit" / "training" / "parameter_averaging_child.py"
 
 
 def children(folder: Path) -> dict:
@@ -146,7 +146,7 @@ def test_lenet_on_mnist_learns(child):
     ],
 )
 def test_argument_errors(kwargs, message):
-    from mgtutor.parameter_averaging import ParallelWrapper
+    from mgtutor.training.parameter_averaging import ParallelWrapper
 
     with pytest.raises(ValueError, match=message):
         ParallelWrapper(None, **kwargs)
@@ -175,13 +175,13 @@ def endless():
 
 
 def prefetch_threads() -> list[threading.Thread]:
-    from mgtutor.worker_batches import PREFETCH_THREAD_NAME
+    from mgtutor.training.worker_batches import PREFETCH_THREAD_NAME
 
     return [t for t in threading.enumerate() if t.name == PREFETCH_THREAD_NAME and t.is_alive()]
 
 
 def test_model_errors():
-    from mgtutor.parameter_averaging import ParallelWrapper
+    from mgtutor.training.parameter_averaging import ParallelWrapper
 
     with pytest.raises(ValueError, match=r"not compiled.*model.compile"):
         ParallelWrapper(tiny_model(compile_it=False), workers=1)
@@ -206,7 +206,7 @@ def test_model_errors():
     ],
 )
 def test_data_errors_before_any_step(make_data, kwargs, error, message):
-    from mgtutor.parameter_averaging import ParallelWrapper
+    from mgtutor.training.parameter_averaging import ParallelWrapper
 
     model = tiny_model()
     initial = model.get_weights()
@@ -219,7 +219,7 @@ def test_data_errors_before_any_step(make_data, kwargs, error, message):
 
 
 def test_producer_errors_reach_the_caller_and_stop_the_thread():
-    from mgtutor.parameter_averaging import ParallelWrapper
+    from mgtutor.training.parameter_averaging import ParallelWrapper
 
     def failing():
         yield from (batch() for _ in range(3))
@@ -236,7 +236,7 @@ def test_producer_errors_reach_the_caller_and_stop_the_thread():
 
 
 def test_training_errors_stop_a_blocked_producer(capsys):
-    from mgtutor.parameter_averaging import ParallelWrapper
+    from mgtutor.training.parameter_averaging import ParallelWrapper
 
     wrapper = ParallelWrapper(tiny_model(), workers=1, prefetch_buffer=2)
     history = wrapper.fit([batch(), batch()], verbose=2)
@@ -252,7 +252,7 @@ def test_training_errors_stop_a_blocked_producer(capsys):
 
 
 def test_replica_spread():
-    from mgtutor.parameter_averaging import replica_spread
+    from mgtutor.training.parameter_averaging import replica_spread
 
     a, b = tiny_model(), tiny_model()
     assert replica_spread([a, b]) == 0.0
