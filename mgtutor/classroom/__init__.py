@@ -9,6 +9,7 @@
 - `lessons`: the series as `make run` sees it, overrides checked before anything runs.
 - `limits`: `lesson_plan`, what each lesson needs of its parameters, read by notebooks and runner.
 - `run_tables`: the generated blocks of docs/results.md and the teacher's guide, from a run's summary;
+  `plans`, the guide's 3-hour and 90-minute plans, timed by that run;
   `results_page`, docs/results.md's tables, one column per kind of CPU.
 - `learner_figures`: the guide's "what learners should see", every lesson's figures from a run's records.
 - `breaks_page`: the guide's "when a learner's job breaks", lesson 15's drills and bugs from a run's records.

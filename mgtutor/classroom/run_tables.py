@@ -5,9 +5,10 @@ between ``<!-- generated:NAME begin -->`` and ``<!-- generated:NAME end -->``. I
 the run writes its own CPU kind's column (`results_page`) and leaves the other CPUs' columns as
 they are: from a `make run`, each notebook's seconds and test accuracy and lesson 14's workers;
 from a `make capstone` or `make capstone-long`, lesson 16's time to accuracy. In docs/teachers.md
-it writes the teacher's own run: memory, every figure learners should see (`learner_figures`),
-lesson 14's workers and lesson 15's drills (`breaks_page`). Every block names the run's date and
-machine (its CPU model and AMX/AVX-512 flags), so no figure there is typed by hand.
+it writes the teacher's own run: memory, the timed plans (`plans`), every figure learners should
+see (`learner_figures`), lesson 14's workers and lesson 15's drills (`breaks_page`). Every block
+names the run's date and machine (its CPU model and AMX/AVX-512 flags), so no figure there is typed
+by hand.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from mgtutor.classroom import results_page as page
 from mgtutor.classroom.breaks_page import breaks_block, lesson_15
 from mgtutor.classroom.learner_figures import learners_block
+from mgtutor.classroom.plans import plan_lessons, plans_block
 from mgtutor.support.files import atomic_write
 
 BEGIN, END = "<!-- generated:{} begin -->", "<!-- generated:{} end -->"
@@ -74,6 +76,11 @@ def teachers_breaks(summary: dict[str, Any]) -> str:
     return breaks_block(summary, _run_line(summary))
 
 
+def teachers_plans(summary: dict[str, Any]) -> str:
+    """The 3-hour and 90-minute plans, each slot's run time from the run."""
+    return plans_block(summary, _run_line(summary))
+
+
 def teachers_learners(summary: dict[str, Any]) -> str:
     """Every lesson's figures that learners should see, from the run's records."""
     return learners_block(summary, _run_line(summary))
@@ -85,6 +92,7 @@ GENERATORS: dict[str, Callable[[dict], str]] = {
     "learners": teachers_learners,
     "workers": pinned_workers,
     "breaks": teachers_breaks,
+    "plans": teachers_plans,
 }
 # The blocks of docs/results.md: one column per CPU kind. Each: its rows, its table's first header, its note.
 _SAME_RUN = "`make run` at the classroom defaults"
@@ -120,6 +128,8 @@ def _blocks_for(summary: dict[str, Any]) -> list[str]:
     names = []
     if any(e["notebook"].startswith("02_") for e in summary["notebooks"]):
         names += ["series-by-cpu", "accuracy-by-cpu", "memory", "learners"]
+        if all(any(e["notebook"].startswith(n) for e in summary["notebooks"]) for n in plan_lessons()):
+            names.append("plans")
     if page.whole_capstone(summary) is not None:
         names.append("capstone-by-cpu")
     if page.whole_capstone(summary, "capstone-long") is not None:
