@@ -172,10 +172,4 @@ def test_the_teachers_guide_total_is_the_sum_of_its_lesson_plan():
     assert plan[0][0].startswith("setup and") and plan[0][2] == "core"  # the setup slot comes first
     hours, rest = divmod(sum(int(minutes) for _, minutes, _ in plan), 60)
     assert f"about {hours} h {rest} min of teaching (the column's sum)" in text
-    # The 3-hour cut: each slot starts where the last ended, and the last ends at 3:00.
-    cut = re.findall(r"^\| (\d):(\d\d) \| [^|]*?\((\d+) min\)", text, flags=re.M)
-    clock = 0
-    for hour, minute, minutes in cut:
-        assert int(hour) * 60 + int(minute) == clock
-        clock += int(minutes)
-    assert clock == 180 and cut[0][:2] == ("0", "00")
+    # The shorter plans are generated from a run and checked in tests/unit/classroom/test_plans.py.
