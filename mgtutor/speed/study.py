@@ -35,6 +35,8 @@ from mgtutor.support.checks import check_whole, is_real, is_whole
 from mgtutor.support.options import takes_options
 
 DEFAULT_TIMEOUT_S = 1800.0
+# The options the study itself uses; each child measures with all the others (`StudyArgs.child_settings`).
+STUDY_ONLY = ("devices", "pipelines", "global_batch", "isolate", "output", "timeout")
 RESULTS_FILE = "scaling.json"
 PLOT_FILE = "scaling.png"
 
@@ -72,13 +74,10 @@ class StudyArgs:
         return self.batch_size_per_replica if self.global_batch is None else self.global_batch // n
 
     def child_settings(self, n: int) -> dict[str, Any]:
-        """What the child measuring `n` devices needs, as `measure_training` names it."""
-        return {
-            "model": self.model, "strategy": self.strategy, "batch_size_per_replica": self.per_replica(n),
-            "steps": self.steps, "warmup_steps": self.warmup_steps, "repeats": self.repeats,
-            "dataset": self.dataset,
-            "data_path": self.data_path, "samples": self.samples, "seed": self.seed,
-        }  # fmt: skip
+        """What the child measuring `n` devices needs, as `measure_training` names it: every option but
+        those of the study itself (`STUDY_ONLY`), with the per-replica batch of `n` devices."""
+        settings = {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in STUDY_ONLY}
+        return {**settings, "batch_size_per_replica": self.per_replica(n)}
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -103,3 +103,9 @@ def test_the_scaling_study_and_its_command_line_take_study_args_defaults():
     }  # fmt: skip
     with pytest.raises(TypeError, match=r"^scaling_study\(\) got an unexpected keyword argument 'device'"):
         scaling_study(device=(1, 2))
+    # A child measures with every option but the study's own, under measure_training's names.
+    from mgtutor.speed.measure import measure_training
+
+    child = StudyArgs(global_batch=64).child_settings(4)
+    assert set(child) == set(inspect.signature(measure_training).parameters) - {"n_devices", "pipeline"}
+    assert child["batch_size_per_replica"] == 16 and child["repeats"] == fields["repeats"]
