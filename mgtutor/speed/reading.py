@@ -216,7 +216,8 @@ def _best_speedup(points: Sequence[Point]) -> Point:
 def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequence[Point]) -> str:
     """What the hardware allows, then what was measured, in words that agree with the numbers."""
     top = _best_speedup(points)
-    measured = f"measured: speed-up {_with_spread(top)} on {top.devices} devices ({top.pipeline})"
+    measured = (f"measured: speed-up {_with_spread(top)} on {top.devices} devices ({top.pipeline}, "
+                f"global batch {top.run.global_batch})")
     if kind in ("logical-cpu", "logical-gpu"):
         what = (
             f"{', '.join(map(str, counts))} logical CPU device(s) share {cores} core(s)"

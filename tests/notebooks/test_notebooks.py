@@ -29,6 +29,7 @@ import papermill
 import pytest
 
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
+from mgtutor.classroom.limits import ACCURACY_GAP_LIMIT
 from mgtutor.support.records import read_records
 from mgtutor.training import pinning
 from mgtutor.training.netns import availability
@@ -348,6 +349,7 @@ def _(records: dict, p: dict) -> None:
     assert records["plain_strategy_vs_helper"] < 1e-6  # tf.distribute.MirroredStrategy written out
     learnt(records, "mirrored_val_accuracy")
     near_baseline(records)
+    assert records["accuracy_gap_limit"] == ACCURACY_GAP_LIMIT  # the line reads the series' one limit
 
 
 @checks("04_multi_gpu_wrapping")
@@ -518,6 +520,8 @@ def _(records: dict, p: dict) -> None:
     # What one device leaves idle: the cores each device count kept busy, and one convolution's.
     assert sorted(records["strong_cores_used"]) == sorted(counts)
     assert all(cores > 0 for cores in records["strong_cores_used"].values()) and records["op_cores"] > 0
+    low, high = records["op_cores_spread"]  # the median of its blocks lies in their range
+    assert 0 < low <= records["op_cores"] <= high
     assert len(records["lr_rules"]) == 3
     for name, accuracy in records["lr_rules"].items():
         learnt({"synthetic": records["synthetic"], name: accuracy}, name)
@@ -608,6 +612,13 @@ def step_checks(records: dict, link: dict, ring_seconds, target: float) -> None:
     parts = overlap["parts"]
     assert overlap["hidden"] == pytest.approx(parts["compute"] + parts["sync"] - parts["step"])
     assert overlap["room"] >= 0 and all(parts[k] > 0 for k in ("compute", "sync", "step"))
+    spread = overlap["spread"]
+    assert overlap["room"] == pytest.approx(sum(high - low for low, high in spread.values()))
+    # Timed in turn in one job; a compute slower than the whole step in every block gives no verdict.
+    if spread["compute"][0] > spread["step"][1]:
+        assert overlap["overlap"] is None
+    else:
+        assert overlap["overlap"] is (overlap["hidden"] > overlap["room"])
     trace = records["trace"]
     for worker in trace["workers"].values():
         assert worker["forward"] > 0 and worker["backward"] > 0 and worker["update"] > 0
@@ -870,6 +881,8 @@ def _(records: dict, p: dict) -> None:
     # The claim is bfloat16's accuracy beside float32's on the same short recipe, not learning CIFAR-10.
     assert 0.0 <= records["bf16_val_accuracy"] <= 1.0
     near_baseline(records)
+    assert records["accuracy_gap_limit"] == ACCURACY_GAP_LIMIT
+    assert records["mixed_train_samples"] == min(p["MIXED_TRAIN_SAMPLES"], p["TRAIN_SAMPLES"])
     halved = records["bf16_all_reduce"]
     assert halved["bytes_ratio"] == 0.5 and 1e-4 < halved["relative_error"] < 1e-2
     pcie3 = records["comm_model_4_gpus"]["MiniGoogLeNet"]["PCIe 3.0 x16"]

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters, validate_overrides
-from mgtutor.classroom.limits import lesson_plan
+from mgtutor.classroom.limits import ACCURACY_GAP_LIMIT, lesson_plan
 from mgtutor.classroom.runner import main as series_main
 from tests.conftest import ROOT
 
@@ -36,6 +36,13 @@ def test_every_lesson_accepts_its_defaults_and_the_tests_tiny_values():
     for nb in NOTEBOOKS:
         lesson_plan(nb.stem, notebook_parameters(nb))
         lesson_plan(nb.stem, {**notebook_parameters(nb), **tiny_parameters(nb)})
+
+
+def test_the_lessons_that_print_an_accuracy_gap_read_it_against_one_limit():
+    for stem in ("03_data_parallel_step", "11_where_time_goes"):
+        plan = lesson_plan(stem, notebook_parameters(ROOT / "notebooks" / f"{stem}.ipynb"))
+        assert plan == {"accuracy_gap_limit": ACCURACY_GAP_LIMIT}
+    assert ACCURACY_GAP_LIMIT == 0.05  # five points, as lesson 03 says
 
 
 @pytest.mark.parametrize(("train", "epochs", "devices"), GRID)

@@ -330,11 +330,13 @@ def test_the_reading_never_contradicts_the_numbers():
     slower = read_scaling(_logical({1: 600.0, 2: 320.0, 4: 260.0}, global_batch=64))
     assert slower.scaling == "strong"
     assert "speed-up 0.43 on 4 devices" in slower.lines[0]
+    assert "(in_memory, global batch 64)" in slower.lines[0]  # the batch it was measured at
     assert "summing the gradients cost more than a second stream filled" in slower.lines[0]
     # Weak scaling on the same cores can show a speed-up: the words must explain it, not deny it.
     faster = read_scaling(_logical({1: 460.0, 2: 600.0}, global_batch=None))
     assert faster.scaling == "weak"
     assert "speed-up 1.30 on 2 devices" in faster.lines[0]
+    assert "(in_memory, global batch 64)" in faster.lines[0]  # the largest count's
     assert "may come from the larger global batch" in faster.lines[0]
     assert "grew from 32 to 64" in faster.lines[1]
     assert not any("at most 1" in line for line in faster.lines)
