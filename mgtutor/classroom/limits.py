@@ -15,6 +15,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mgtutor.classroom.limit_checks import (
+    _at_least,
+    _common,
+    _enough_for,
+    _multiple_of_devices,
+    _parity,
+    _whole,
+    _within,
+)
 from mgtutor.support.checks import is_real, is_whole
 from mgtutor.training.pinning import usable_cores
 
@@ -30,55 +39,14 @@ def _lesson(stem: str) -> Callable:
     return register
 
 
-def _whole(p: Mapping[str, Any], name: str, minimum: int, why: str, problems: list[str]) -> bool:
-    """Append a problem unless p[name] is a whole number >= minimum; True when it is."""
-    value = p.get(name)
-    if is_whole(value) and value >= minimum:
-        return True
-    problems.append(f"{name} must be a whole number >= {minimum} ({why}), got {value!r}.")
-    return False
-
-
-def _at_least(value: int, needed: int, message: str, problems: list[str]) -> None:
-    if value < needed:
-        problems.append(message.format(needed=needed))
-
-
-def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES", at_least: int = 1,
-            why: str = "the number of devices") -> int | None:  # fmt: skip
-    """Checks the sizes most lessons share; the global batch, or None when a part of it is wrong."""
-    ok = True
-    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES", "EPOCHS"):
-        if name in p:
-            ok &= _whole(p, name, 1, "a count", problems)
-    fine = devices not in p or _whole(p, devices, at_least, why, problems)
-    if "BATCH_SIZE_PER_REPLICA" not in p or devices not in p:
-        return None
-    if _whole(p, "BATCH_SIZE_PER_REPLICA", 1, "images per device and step", problems) and fine and ok:
-        return int(p["BATCH_SIZE_PER_REPLICA"]) * int(p[devices])
-    return None
-
-
 _REPLICAS = "the lesson compares replicas, so it needs at least two"
 # How far apart two test accuracies of one short recipe may land when only float rounding (which Adam
 # amplifies) and dropout's masks differ: the one limit the lessons read an accuracy gap against.
 ACCURACY_GAP_LIMIT = 0.05
+# The least TIMEOUT a lesson takes: below it, a child process that starts TensorFlow is stopped before it
+# trains.
+MIN_TIMEOUT = 30
 _TOWERS = "multi_gpu_model builds one tower per device and needs at least two"
-
-
-def _enough_for(p: Mapping[str, Any], batch: int, batches: int, what: str, problems: list[str]) -> None:
-    _at_least(
-        int(p["TRAIN_SAMPLES"]), batches * batch,
-        f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: {what} needs {batches} global batch(es) of "
-        f"{batch} (BATCH_SIZE_PER_REPLICA x N_DEVICES), TRAIN_SAMPLES >= {{needed}}.", problems,
-    )  # fmt: skip
-
-
-def _parity(p: Mapping[str, Any], batch: int | None, problems: list[str]) -> None:
-    """The parity check trains PARITY_STEPS distinct global batches."""
-    if _whole(p, "PARITY_STEPS", 1, "training steps compared", problems) and batch:
-        _enough_for(p, batch, int(p["PARITY_STEPS"]), f"the parity check's PARITY_STEPS={p['PARITY_STEPS']}",
-                    problems)  # fmt: skip
 
 
 @_lesson("00_environment")
@@ -183,10 +151,15 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _whole(p, "REPEATS", 2, "the spread needs at least two timed blocks", problems)
     glob, devices = p.get("GLOBAL_BATCH"), p.get("N_DEVICES")
     if is_whole(glob) and glob >= 1:
-        for n in [*counts, *([devices] if is_whole(devices) and devices >= 1 else [])]:
+        sources = {n: f"DEVICE_COUNTS' {n} devices" for n in counts}
+        if is_whole(devices) and devices >= 1:
+            sources.setdefault(devices, f"N_DEVICES={devices}")
+        for n, source in sources.items():
             if glob % n:
-                problems.append(f"GLOBAL_BATCH={glob} does not split evenly over {n} devices (strong scaling "
-                                "and section 4 give each device the same share): use a multiple of it.")
+                fits = " or ".join(str(v) for v in (glob // n * n, glob // n * n + n) if v)
+                problems.append(f"GLOBAL_BATCH={glob} does not split evenly over {source} (strong scaling "
+                                f"and section 4 give each device the same share): use a multiple of {n}: "
+                                f"GLOBAL_BATCH={fits}.")  # fmt: skip
         if is_whole(p.get("TRAIN_SAMPLES")):
             _at_least(int(p["TRAIN_SAMPLES"]), max([glob, *sweep]), "TRAIN_SAMPLES must be >= {needed}: the "
                       "batch sweep and section 4 each take one batch of that size.", problems)  # fmt: skip
@@ -233,7 +206,8 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if not is_whole(kill) or kill < 1 or kill % every or kill >= total:
         problems.append(
             f"KILL_AFTER_STEP={kill!r} must be a checkpoint step (a multiple of "
-            f"CHECKPOINT_EVERY_STEPS={every}) before the run's last step {total}: "
+            f"CHECKPOINT_EVERY_STEPS={every}) before the run's last step {total} (EPOCHS x TRAIN_SAMPLES // "
+            f"(BATCH_SIZE_PER_REPLICA x N_WORKERS)): "
             "the worker is killed when that checkpoint is saved. "
             "Use None for the checkpoint nearest half-way."
         )
@@ -242,10 +216,32 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 
 @_lesson("11_where_time_goes")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
-    _common(p, problems, at_least=2, why="the ring all-reduce and accumulation need replicas")
+    batch = _common(p, problems, at_least=2, why="the ring all-reduce and accumulation need replicas")
     _whole(p, "TIMING_STEPS", 1, "steps timed per measurement", problems)
+    if _whole(p, "ACCUMULATION_STEPS", 1, "micro-batches per update", problems) and batch:
+        k = int(p["ACCUMULATION_STEPS"])
+        _at_least(int(p["TRAIN_SAMPLES"]), k * batch, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: "
+                  f"section 4 adds ACCUMULATION_STEPS={k} micro-batches of the global batch {batch} "
+                  "(BATCH_SIZE_PER_REPLICA x N_DEVICES) into one update, TRAIN_SAMPLES >= {needed}.",
+                  problems)  # fmt: skip
+    _whole(p, "MIXED_TRAIN_SAMPLES", 1, "images the mixed-precision recipe trains, at most TRAIN_SAMPLES",
+           problems)  # fmt: skip
     _whole(p, "SPEED_REPEATS", 2, "a speed ratio's range needs at least two repeats", problems)
     return {"accuracy_gap_limit": ACCURACY_GAP_LIMIT}
+
+
+@_lesson("12_keras_on_jax")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    batch = _common(p, problems, at_least=2, why="section 6 shows a batch that does not split over the "
+                    "devices, and one device splits every batch")  # fmt: skip
+    _whole(p, "TIMING_CALLS", 1, "calls timed per layer", problems)
+    if not batch:
+        return {}
+    sets = {"TRAIN_SAMPLES": "the training set", "TEST_SAMPLES": "the test set"}
+    _multiple_of_devices(p, sets, "N_DEVICES", "Keras on JAX fails at that step (keras#21167).", problems)
+    _at_least(int(p["TRAIN_SAMPLES"]), batch + 1, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: section 6 "
+              f"trains a global batch of {batch} and one image more, TRAIN_SAMPLES >= {{needed}}.", problems)
+    return {}
 
 
 _DRILL_STEPS = {"BAD_STEP": "the step worker 1 skips", "DRIFT_STEP": "the step BatchNorm is unfrozen at",
@@ -255,14 +251,21 @@ _DRILL_STEPS = {"BAD_STEP": "the step worker 1 skips", "DRIFT_STEP": "the step B
 @_lesson("15_when_it_breaks")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     batch = _common(p, problems, at_least=2, why="the drills compare replicas, so they need at least two")
+    if batch:
+        _at_least(int(p["BATCH_SIZE_PER_REPLICA"]), 3, "BATCH_SIZE_PER_REPLICA must be >= {needed}: "
+                  "section 3 blanks the third image of replica NAN_REPLICA's slice.", problems)  # fmt: skip
     workers = _whole(p, "N_WORKERS", 2, "worker 1 is the one that skips a step", problems)
     steps = _whole(p, "STEPS", 2, "steps of the drills' jobs", problems)
     for name, why in _DRILL_STEPS.items():
         if _whole(p, name, 0, why, problems) and steps and p[name] >= p["STEPS"]:
             problems.append(f"{name}={p[name]} must be a step of the job: < STEPS={p['STEPS']}.")
-    for name in ("CHECK_EVERY", "OOM_BATCH", "TIMEOUT"):
-        _whole(p, name, 1, "a count" if name != "TIMEOUT" else "seconds", problems)
-    for name in ("WATCHDOG_SECONDS", "COLLECTIVE_TIMEOUT", "TUTORIAL_SECONDS"):
+    for name in ("CHECK_EVERY", "OOM_BATCH"):
+        _whole(p, name, 1, "a count", problems)
+    tutorial = p.get("TUTORIAL_SECONDS")
+    if not (is_real(tutorial) and tutorial >= 10):
+        problems.append(f"TUTORIAL_SECONDS must be a number >= 10 (the tutorial's first step traces its "
+                        f"model and optimizer before it trains), got {tutorial!r}.")  # fmt: skip
+    for name in ("WATCHDOG_SECONDS", "COLLECTIVE_TIMEOUT"):
         _within(p, name, 0, None, problems)
     watchdog, timeout = p.get("WATCHDOG_SECONDS"), p.get("COLLECTIVE_TIMEOUT")
     if is_real(watchdog) and is_real(timeout) and not 0 < watchdog < timeout:
@@ -282,14 +285,6 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {}
 
 
-def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, problems: list[str]) -> None:
-    """Append a problem unless p[name] is a number in [low, high) (no upper end when `high` is None)."""
-    value = p.get(name)
-    if name in p and not (is_real(value) and low <= value and (high is None or value < high)):
-        upper = "" if high is None else f" and < {high}"
-        problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
-
-
 def _worker_counts(p: Mapping[str, Any], per_worker: int, problems: list[str]) -> list[int]:
     """WORKER_COUNTS checked against the cores this process may use; None: 1, 2, 4, ... as they allow."""
     cores, counts = len(usable_cores()), p.get("WORKER_COUNTS")
@@ -301,7 +296,7 @@ def _worker_counts(p: Mapping[str, Any], per_worker: int, problems: list[str]) -
                         f"(the baseline), e.g. [1, 2], got {counts!r}.")  # fmt: skip
         return []
     if len(counts) < 2 or max(counts) * per_worker > cores:
-        workers = max(2, max(counts))
+        workers = max([2, *counts])  # None and too few cores leave no count at all
         problems.append(f"{workers} workers x CORES_PER_WORKER={per_worker} need {workers * per_worker} "
                         "cores, "
                         f"but this process may use {cores} (os.sched_getaffinity(0)); the lesson compares 1 "
@@ -464,6 +459,9 @@ def lesson_plan(lesson: str, parameters: Mapping[str, Any]) -> Plan:
     if rule is None:
         return {}
     problems: list[str] = []
+    if "TIMEOUT" in parameters:  # every lesson that has it gives it to child processes that start TensorFlow
+        _whole(parameters, "TIMEOUT", MIN_TIMEOUT, "seconds a child process may take; starting TensorFlow "
+               "alone takes seconds", problems)  # fmt: skip
     plan = rule(parameters, problems)
     if problems:
         raise ValueError(f"{lesson} cannot run with these parameters:\n  - " + "\n  - ".join(problems))

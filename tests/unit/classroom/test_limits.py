@@ -62,8 +62,8 @@ def test_one_device_is_refused_by_the_lessons_that_compare_replicas():
     refused = {stem for stem, plan in plans(5000, 3, 1).items() if isinstance(plan, str)}
     assert refused == {"03_data_parallel_step", "04_multi_gpu_wrapping", "05_batchnorm_and_replica_state",
                        "06_augmented_training", "07_save_and_restore", "08_scaling_study",
-                       "09_parameter_averaging", "10_multi_worker", "11_where_time_goes", "13_sharding",
-                       "15_when_it_breaks"}  # fmt: skip
+                       "09_parameter_averaging", "10_multi_worker", "11_where_time_goes", "12_keras_on_jax",
+                       "13_sharding", "15_when_it_breaks"}  # fmt: skip
     assert "N_DEVICES must be a whole number >= 2" in plans(5000, 3, 1)["04_multi_gpu_wrapping"]
 
 
@@ -128,6 +128,39 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
         lesson_plan("16_capstone", {**p16, "WHITENING_BIAS_EPOCHS": 1.5})
     assert lesson_plan("16_capstone", {**p16, "WHITENING_BIAS_EPOCHS": 20}) == {}  # past EPOCHS: every epoch
     assert lesson_plan("no_such_lesson", {}) == {}
+
+
+def test_lesson_12s_sets_split_over_the_devices_and_the_refusal_names_the_set():
+    p12 = notebook_parameters(ROOT / "notebooks" / "12_keras_on_jax.ipynb")
+    # Issue 58: at 3 devices the test set's 1,000 left a last batch of 40; it was named "Train on ... 999".
+    with pytest.raises(ValueError) as refused:
+        lesson_plan("12_keras_on_jax", {**p12, "N_DEVICES": 3, "TRAIN_SAMPLES": 999})
+    (problem,) = str(refused.value).splitlines()[1:]
+    assert problem.startswith("  - TEST_SAMPLES=1000 (the test set) in global batches of 96 ")
+    assert "last batch of 40" in problem and "TRAIN_SAMPLES" not in problem
+    assert problem.endswith("Use a multiple of 3: TEST_SAMPLES=999 or 1002.")
+    at_999 = {**p12, "N_DEVICES": 3, "TRAIN_SAMPLES": 999, "TEST_SAMPLES": 999}
+    assert lesson_plan("12_keras_on_jax", at_999) == {}
+    with pytest.raises(ValueError, match=r"TRAIN_SAMPLES=1001 \(the training set\) .*=1000 or 1002\."):
+        lesson_plan("12_keras_on_jax", {**p12, "TRAIN_SAMPLES": 1001})
+
+
+def test_the_issues_parameter_sets_are_taken_or_refused_with_the_fix():
+    p15 = notebook_parameters(ROOT / "notebooks" / "15_when_it_breaks.ipynb")
+    # Issue 58's lesson 15 set: taken (its drills split evenly over 3 devices; the notebook test runs them).
+    issue = {"N_DEVICES": 3, "BAD_STEP": 3, "NAN_REPLICA": 2, "STEPS": 6}
+    assert lesson_plan("15_when_it_breaks", {**p15, **issue}) == {}
+    with pytest.raises(ValueError, match=r"BATCH_SIZE_PER_REPLICA must be >= 3: section 3 blanks the third"):
+        lesson_plan("15_when_it_breaks", {**p15, "BATCH_SIZE_PER_REPLICA": 2})
+    p08 = notebook_parameters(ROOT / "notebooks" / "08_scaling_study.ipynb")
+    with pytest.raises(ValueError, match=r"over N_DEVICES=3 .* use a multiple of 3: GLOBAL_BATCH=63 or 66\."):
+        lesson_plan("08_scaling_study", {**p08, "N_DEVICES": 3})
+    p11 = notebook_parameters(ROOT / "notebooks" / "11_where_time_goes.ipynb")
+    with pytest.raises(ValueError, match=r"ACCUMULATION_STEPS=8 micro-batches of the global batch 64 .*512"):
+        lesson_plan("11_where_time_goes", {**p11, "ACCUMULATION_STEPS": 8, "TRAIN_SAMPLES": 256})
+    p14 = notebook_parameters(ROOT / "notebooks" / "14_pinned_workers.ipynb")
+    with pytest.raises(ValueError, match=r"TIMEOUT must be a whole number >= 30 .*, got 1\."):
+        lesson_plan("14_pinned_workers", {**p14, "TIMEOUT": 1})
 
 
 def test_the_runner_checks_every_lesson_before_the_first_starts(tmp_path, capsys):

@@ -1,0 +1,75 @@
+"""The checks the lesson plans (`mgtutor.classroom.limits`) are written in: each appends a problem, naming
+the parameter, the value given and what would work, to the list it is given. Private to the lesson
+plans, which import them by their names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mgtutor.support.checks import is_real, is_whole
+
+
+def _whole(p: Mapping[str, Any], name: str, minimum: int, why: str, problems: list[str]) -> bool:
+    """Append a problem unless p[name] is a whole number >= minimum; True when it is."""
+    value = p.get(name)
+    if is_whole(value) and value >= minimum:
+        return True
+    problems.append(f"{name} must be a whole number >= {minimum} ({why}), got {value!r}.")
+    return False
+
+
+def _at_least(value: int, needed: int, message: str, problems: list[str]) -> None:
+    if value < needed:
+        problems.append(message.format(needed=needed))
+
+
+def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES", at_least: int = 1,
+            why: str = "the number of devices") -> int | None:  # fmt: skip
+    """Checks the sizes most lessons share; the global batch, or None when a part of it is wrong."""
+    ok = True
+    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES", "EPOCHS"):
+        if name in p:
+            ok &= _whole(p, name, 1, "a count", problems)
+    fine = devices not in p or _whole(p, devices, at_least, why, problems)
+    if "BATCH_SIZE_PER_REPLICA" not in p or devices not in p:
+        return None
+    if _whole(p, "BATCH_SIZE_PER_REPLICA", 1, "images per device and step", problems) and fine and ok:
+        return int(p["BATCH_SIZE_PER_REPLICA"]) * int(p[devices])
+    return None
+
+
+def _enough_for(p: Mapping[str, Any], batch: int, batches: int, what: str, problems: list[str]) -> None:
+    _at_least(
+        int(p["TRAIN_SAMPLES"]), batches * batch,
+        f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: {what} needs {batches} global batch(es) of "
+        f"{batch} (BATCH_SIZE_PER_REPLICA x N_DEVICES), TRAIN_SAMPLES >= {{needed}}.", problems,
+    )  # fmt: skip
+
+
+def _parity(p: Mapping[str, Any], batch: int | None, problems: list[str]) -> None:
+    """The parity check trains PARITY_STEPS distinct global batches."""
+    if _whole(p, "PARITY_STEPS", 1, "training steps compared", problems) and batch:
+        _enough_for(p, batch, int(p["PARITY_STEPS"]), f"the parity check's PARITY_STEPS={p['PARITY_STEPS']}",
+                    problems)  # fmt: skip
+
+
+def _multiple_of_devices(p: Mapping[str, Any], sets: Mapping[str, str], devices: str, why: str,
+                         problems: list[str]) -> None:  # fmt: skip
+    """Each of `sets` (a parameter: which set of images) a multiple of p[devices]; `why` takes {last}."""
+    n, batch = int(p[devices]), int(p["BATCH_SIZE_PER_REPLICA"]) * int(p[devices])
+    for name, which in sets.items():
+        value = int(p[name])
+        if value % n:  # the global batch is a multiple of n, so the last batch splits exactly when this does
+            fits = " or ".join(str(v) for v in (value // n * n, value // n * n + n) if v > 0)
+            problems.append(f"{name}={value} ({which}) in global batches of {batch} (BATCH_SIZE_PER_REPLICA "
+                            f"x {devices}) leaves a last batch of {value % batch}, which does not split "
+                            f"evenly over {devices}={n}: {why} Use a multiple of {n}: {name}={fits}.")
+
+
+def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, problems: list[str]) -> None:
+    """Append a problem unless p[name] is a number in [low, high) (no upper end when `high` is None)."""
+    value = p.get(name)
+    if name in p and not (is_real(value) and low <= value and (high is None or value < high)):
+        upper = "" if high is None else f" and < {high}"
+        problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
