@@ -6,7 +6,8 @@ memory analysis, `collectives` the collectives XLA compiled into it and the byte
 each one sends (lesson 11's ring law). `memory_formula` is the same count on paper,
 `stage_shardings` and `stage_layout_map` say what each ZeRO stage splits (with
 jax.sharding, and with Keras' `LayoutMap` where Keras can express it), and
-`decision_table` turns measured rates into which strategy fits a per-device budget.
+`decision_table` turns measured rates into which strategy fits a per-device budget (or
+cannot say).
 Importing this module imports neither JAX nor Keras: `setup_devices(n, backend="jax")`
 must come first.
 """
@@ -252,18 +253,51 @@ def stage_layout_map(stage: str, variables: Iterable[Any], device_mesh: Any, axi
 
 @dataclass(frozen=True)
 class Rates:
-    """One strategy's measured costs on one device: per parameter, and per byte of each example."""
+    """One strategy's measured costs on one device: per parameter, and per byte of each example.
 
-    bytes_per_parameter: float  # weights, gradients, optimizer state and the step's other temporaries
-    example_share: float  # the share of each example's bytes (input and activations) one device holds
+    A step's peak is its arrays (the state as the strategy splits it, and its share of the batch's input)
+    plus its temporaries: a floor that is there at any batch (on N devices, the whole gradient waiting for
+    its all-reduce, or a gathered layer) and the activations of the examples it holds. How much of the
+    activations adds to the floor is XLA's schedule: none, where they die before the gradient is whole and
+    take its buffers; all, where they live beside it. So the peak lies between the arrays plus the floor
+    and the arrays plus both.
+    """
+
+    bytes_per_parameter: float  # the arrays: weights, gradients and optimizer state, as split
+    example_share: float  # the share of each example's activation bytes one device holds
     moved_per_parameter: float  # bytes one device sends per step, per parameter
     moved_per_activation: float = 0.0  # ... and per activation byte of the global batch (tensor parallelism)
+    temporaries_per_parameter: float = 0.0  # the floor of the step's temporaries, at any batch
+    input_share: float | None = None  # the share of each example's input; None: example_share
+
+    def __post_init__(self) -> None:
+        for name in ("bytes_per_parameter", "example_share", "moved_per_parameter", "moved_per_activation",
+                     "temporaries_per_parameter", "input_share"):  # fmt: skip
+            value = getattr(self, name)
+            if not (value is None and name == "input_share"):
+                _check_bytes(f"Rates.{name}", value, 0, strict=False)
 
 
 def _check_bytes(name: str, value: Any, low: float, strict: bool) -> float:
     if not (is_real(value) and (value > low if strict else value >= low)):
         raise ValueError(f"{name} must be a number of bytes {'>' if strict else '>='} {low}, got {value!r}.")
     return float(value)
+
+
+VERDICTS = {True: "fits", False: "too big", None: "cannot say"}
+
+
+def _why(fits: bool | None, low: float, high: float, budget: float) -> str:
+    mib = 2**20
+    if fits:
+        return f"even with no buffer shared, {high / mib:.1f} MiB <= the budget"
+    if fits is False:
+        return f"the arrays and the floor alone, {low / mib:.1f} MiB, exceed the budget"
+    return (
+        f"the budget lies between {low / mib:.1f} and {high / mib:.1f} MiB: it fits only if at most "
+        f"{(budget - low) / mib:.1f} of the {(high - low) / mib:.1f} MiB of activations add to the floor, "
+        "which XLA's schedule decides"
+    )
 
 
 def decision_table(
@@ -275,11 +309,13 @@ def decision_table(
     *,
     input_bytes: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Per strategy: bytes per device, whether they fit `budget_bytes`, and bytes one device sends per step.
+    """Per strategy: the range of bytes per device, whether they fit `budget_bytes`, and bytes sent per step.
 
     For a model of `parameters` whose examples keep `activation_bytes` each (and take `input_bytes`
     as input), a global `batch`, from each strategy's measured `rates` (a `Rates`, or a dict of its
-    fields). The parts are added, so where the compiler overlaps them the prediction errs on the safe side.
+    fields). `low_bytes` is the arrays plus the temporaries' floor, `high_bytes` adds the activations
+    (see `Rates`). `fits` is True where even the high fits, False where even the low does not, and
+    None ("cannot say") where the budget lies between them; `verdict` says it in words, `why` says why.
     """
     parameters = check_whole("parameters", parameters, 1)
     batch = check_whole("batch", batch, 1)
@@ -289,9 +325,13 @@ def decision_table(
     rows = []
     for name, rate in rates.items():
         rate = rate if isinstance(rate, Rates) else Rates(**rate)
-        examples = rate.example_share * (activation_bytes + input_bytes) * batch
-        needed = rate.bytes_per_parameter * parameters + examples
+        input_share = rate.example_share if rate.input_share is None else rate.input_share
+        low = (rate.bytes_per_parameter + rate.temporaries_per_parameter) * parameters
+        low += input_share * input_bytes * batch
+        high = low + rate.example_share * activation_bytes * batch
+        fits = True if high <= budget_bytes else False if low > budget_bytes else None
         moved = rate.moved_per_parameter * parameters + rate.moved_per_activation * activation_bytes * batch
-        rows.append({"strategy": name, "bytes_per_device": needed, "fits": needed <= budget_bytes,
+        rows.append({"strategy": name, "low_bytes": low, "high_bytes": high, "fits": fits,
+                     "verdict": VERDICTS[fits], "why": _why(fits, low, high, budget_bytes),
                      "bytes_moved_per_step": moved})  # fmt: skip
     return rows

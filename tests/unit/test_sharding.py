@@ -94,14 +94,37 @@ def test_zero_1_and_2_are_refused_as_layout_maps_with_the_reason():
 
 
 def test_decision_table_scales_the_rates():
+    # The old form (temporaries counted in the bytes per parameter; the input's share the example's) still
+    # holds: low and high differ by the activations alone.
     rates = {"DP": Rates(20.0, 0.125, 7.0), "TP": Rates(5.0, 0.5, 1.0, 0.25)}
     rows = decision_table(1000, 100.0, 64, 20_000, rates, input_bytes=28.0)
-    assert rows == [
-        {"strategy": "DP", "bytes_per_device": 20_000 + 0.125 * 128 * 64, "fits": False,
-         "bytes_moved_per_step": 7000.0},
-        {"strategy": "TP", "bytes_per_device": 5000 + 0.5 * 128 * 64, "fits": True,
-         "bytes_moved_per_step": 1000 + 0.25 * 100 * 64},
+    keys = ("strategy", "low_bytes", "high_bytes", "fits", "bytes_moved_per_step")
+    assert [tuple(row[key] for key in keys) for row in rows] == [
+        ("DP", 20_000 + 0.125 * 28 * 64, 20_000 + 0.125 * 128 * 64, False, 7000.0),
+        ("TP", 5000 + 0.5 * 28 * 64, 5000 + 0.5 * 128 * 64, True, 1000 + 0.25 * 100 * 64),
     ]  # fmt: skip
+    assert [r["verdict"] for r in rows] == ["too big", "fits"]
+
+
+def test_the_floor_and_the_activations_bound_the_peak_and_between_them_it_cannot_say():
+    # 1,000 parameters: 16 bytes of arrays and a floor of 4 each; 8 examples of 100 activation bytes and 10
+    # of input, 1/8 of each on a device (the input's share given apart): low 20,010, high 20,110.
+    rate = Rates(16.0, 0.125, 7.0, temporaries_per_parameter=4.0, input_share=0.125)
+    verdicts = {budget: decision_table(1000, 100.0, 8, budget, {"DP": rate}, input_bytes=10.0)[0]
+                for budget in (20_009, 20_010, 20_060, 20_110)}  # fmt: skip
+    assert {b: (r["low_bytes"], r["high_bytes"]) for b, r in verdicts.items()} == dict.fromkeys(
+        verdicts, (20_010.0, 20_110.0))
+    fits = {b: r["fits"] for b, r in verdicts.items()}
+    assert fits == {20_009: False, 20_010: None, 20_060: None, 20_110: True}
+    assert verdicts[20_060]["verdict"] == "cannot say" and "lies between" in verdicts[20_060]["why"]
+    assert "exceed the budget" in verdicts[20_009]["why"] and "no buffer shared" in verdicts[20_110]["why"]
+
+
+def test_rates_refuse_a_negative_or_missing_figure_by_name():
+    with pytest.raises(ValueError, match="Rates.temporaries_per_parameter must be a number of bytes >= 0"):
+        Rates(16.0, 0.125, 7.0, temporaries_per_parameter=-1.0)
+    with pytest.raises(ValueError, match="Rates.example_share must be a number of bytes >= 0, got None"):
+        Rates(16.0, None, 7.0)
 
 
 def test_every_stage_splits_what_zero_says():
