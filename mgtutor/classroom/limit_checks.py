@@ -25,7 +25,7 @@ def _at_least(value: int, needed: int, message: str, problems: list[str]) -> Non
 
 
 def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES", at_least: int = 1,
-            why: str = "the number of devices") -> int | None:  # fmt: skip
+            why: str = "the number of devices", fits: bool = True) -> int | None:  # fmt: skip
     """Checks the sizes most lessons share; the global batch, or None when a part of it is wrong."""
     ok = True
     for name in ("TRAIN_SAMPLES", "TEST_SAMPLES", "EPOCHS"):
@@ -35,7 +35,10 @@ def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES
     if "BATCH_SIZE_PER_REPLICA" not in p or devices not in p:
         return None
     if _whole(p, "BATCH_SIZE_PER_REPLICA", 1, "images per device and step", problems) and fine and ok:
-        return int(p["BATCH_SIZE_PER_REPLICA"]) * int(p[devices])
+        batch = int(p["BATCH_SIZE_PER_REPLICA"]) * int(p[devices])
+        if fits:  # the lesson fits or evaluates the sets at that global batch
+            _no_empty_replica(p, batch, devices, problems)
+        return batch
     return None
 
 
@@ -73,3 +76,16 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
     if name in p and not (is_real(value) and low <= value and (high is None or value < high)):
         upper = "" if high is None else f" and < {high}"
         problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
+
+
+def _no_empty_replica(p: Mapping[str, Any], batch: int, devices: str, problems: list[str]) -> None:
+    """Each set's last batch of `batch`: none, or one image or more per replica (MirroredStrategy)."""
+    n = int(p[devices])
+    for name, which in (("TRAIN_SAMPLES", "the training set"), ("TEST_SAMPLES", "the test set")):
+        value = p.get(name)
+        last = value % batch if is_whole(value) and value >= 1 else 0
+        if 0 < last < n:
+            fits = " or ".join(str(v) for v in (value - last, value - last + n) if v > 0)
+            problems.append(f"{name}={value} ({which}) in global batches of {batch} leaves a last batch of "
+                            f"{last}, fewer than {devices}={n}: a replica gets no image, and TensorFlow's "
+                            f"convolution fails on an empty batch. Use {name}={fits}.")  # fmt: skip

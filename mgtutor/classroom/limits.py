@@ -20,6 +20,7 @@ from mgtutor.classroom.limit_checks import (
     _common,
     _enough_for,
     _multiple_of_devices,
+    _no_empty_replica,
     _parity,
     _whole,
     _within,
@@ -57,7 +58,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 
 @_lesson("01_prepare_data")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
-    _common(p, problems)
+    _common(p, problems, fits=False)
     return {}
 
 
@@ -137,7 +138,9 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 
 @_lesson("08_scaling_study")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
-    _common(p, problems, at_least=2, why="the learning-rate study trains N devices' larger batch")
+    study = _common(p, problems, at_least=2, why="the learning-rate study trains N devices' larger batch")
+    if study and not any("fewer than N_DEVICES" in q for q in problems):  # its larger batch: 2 x per device
+        _no_empty_replica(p, 2 * study, "N_DEVICES", problems)
     counts = p.get("DEVICE_COUNTS")
     if not (isinstance(counts, list | tuple) and counts and all(is_whole(n) and n >= 1 for n in counts)):
         problems.append(f"DEVICE_COUNTS must be a list of device counts >= 1, e.g. [1, 2], got {counts!r}.")
@@ -233,7 +236,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 @_lesson("12_keras_on_jax")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     batch = _common(p, problems, at_least=2, why="section 6 shows a batch that does not split over the "
-                    "devices, and one device splits every batch")  # fmt: skip
+                    "devices, and one device splits every batch", fits=False)  # fmt: skip
     _whole(p, "TIMING_CALLS", 1, "calls timed per layer", problems)
     if not batch:
         return {}
@@ -250,7 +253,8 @@ _DRILL_STEPS = {"BAD_STEP": "the step worker 1 skips", "DRIFT_STEP": "the step B
 
 @_lesson("15_when_it_breaks")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
-    batch = _common(p, problems, at_least=2, why="the drills compare replicas, so they need at least two")
+    batch = _common(p, problems, at_least=2, why="the drills compare replicas, so they need at least two",
+                    fits=False)  # fmt: skip
     if batch:
         _at_least(int(p["BATCH_SIZE_PER_REPLICA"]), 3, "BATCH_SIZE_PER_REPLICA must be >= {needed}: "
                   "section 3 blanks the third image of replica NAN_REPLICA's slice.", problems)  # fmt: skip
