@@ -47,14 +47,8 @@ def test_one_parameters_cell_of_all_caps_literals(notebook):
 def test_teaching_shape(notebook):
     path, nb = notebook
     markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
-    if path.parent.name == "solutions":  # a title linking the lesson, then one section per exercise
-        assert markdown[0].startswith(f"# {path.name[:2]} · Solutions"), "title first, numbered like the file"
-        assert f"(../{path.name.replace('_solutions', '')})" in markdown[0], "links its lesson"
-        lesson = json.loads((path.parent.parent / path.name.replace("_solutions", "")).read_text())
-        asked = next("".join(c["source"]) for c in lesson["cells"] if "## Exercises" in "".join(c["source"]))
-        count = len(re.findall(r"^\d+\. ", asked.split("## Exercises")[1], flags=re.M))
-        answered = [int(n) for m in markdown for n in re.findall(r"^## Exercise (\d+)", m, flags=re.M)]
-        assert answered == list(range(1, count + 1)), "a heading for each of the lesson's exercises, in order"
+    if path.parent.name == "solutions":
+        check_solution_shape(path, markdown)
         return
     assert markdown[0].startswith(f"# {path.name[:2]} ·"), "title first, numbered like the file"
     assert "**Objectives**" in markdown[0]
@@ -63,6 +57,37 @@ def test_teaching_shape(notebook):
     assert exercises.count("*Hint:*") >= 2, "2-3 exercises, each with a hint"
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     assert max(len(c.splitlines()) for c in code) <= 25, "short cells"
+
+
+def lesson_questions(lesson: dict) -> list[str]:
+    """The lesson's exercises in order, each its question without the hint, as a solution quotes it."""
+    asked = next("".join(c["source"]) for c in lesson["cells"] if "## Exercises" in "".join(c["source"]))
+    items = re.findall(r"^\d+\. (.*)$", asked.split("## Exercises")[1], flags=re.M)
+    return [unemphasized(item.split("*Hint:*")[0].strip()) for item in items]
+
+
+def unemphasized(text: str) -> str:
+    # An italic quote cannot nest the lesson's own *emphasis*; asterisks inside `code` stay.
+    return "".join(p if p.startswith("`") else p.replace("*", "") for p in re.split(r"(`[^`]*`)", text))
+
+
+def check_solution_shape(path, markdown):
+    # A title linking the lesson, then per exercise a heading and the lesson's question in italics
+    # (docs/teachers.md: "each exercise quoted"), so a solution reads without the lesson beside it.
+    lesson_name = path.name.replace("_solutions", "")
+    assert markdown[0].startswith(f"# {path.name[:2]} · Solutions"), "title first, numbered like the file"
+    assert f"(../{lesson_name})" in markdown[0], "links its lesson"
+    questions = lesson_questions(json.loads((path.parent.parent / lesson_name).read_text()))
+    answered = [m for cell in markdown for m in re.finditer(r"^## Exercise (\d+).*\n*(.*)", cell, flags=re.M)]
+    numbers = [int(m.group(1)) for m in answered]
+    assert numbers == list(range(1, len(questions) + 1)), "a heading per lesson exercise, in order"
+    for m, question in zip(answered, questions, strict=True):
+        quote = f"*{question}*"
+        after = m.group(2)
+        assert after == quote or after.startswith(quote + " "), (
+            f"{path.name}: exercise {m.group(1)} must open with its question from {lesson_name} in italics:"
+            f" {quote!r}, not {after[:len(quote) + 20]!r}"
+        )
 
 
 def test_functions_are_small_lessons_and_the_rest_lives_in_mgtutor(notebook):
