@@ -14,6 +14,9 @@ PORT ?= 8888
 # from that folder alone, with no index (a classroom without internet).
 WHEELS ?=
 PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(call _shell_quote,$(WHEELS)))
+# make run PRESET=low-memory: per-lesson overrides (mgtutor/classroom/presets.py) below the command line's own;
+# `make check` offers it where the laptop has too little memory for the classroom defaults.
+PRESET ?=
 # Where `make run` reads the notebooks and creates run folders, and the folder `make lab` opens.
 NOTEBOOKS ?= notebooks
 RUNS ?= runs
@@ -22,7 +25,7 @@ RUNS ?= runs
 # one of this Makefile's own becomes `-p NAME VALUE` for the runner, which checks names and types
 # before any notebook starts. Values with anything but plain characters are single-quoted for the
 # shell (like Python's shlex.quote), so spaces, quotes and $ survive.
-OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS CHECK_ARGS PORT NOTEBOOKS RUNS WHEELS PIP_SOURCE
+OWN_VARIABLES := PYTHON VENV BIN STAMP RUN_ARGS TEST_ARGS CHECK_ARGS PORT NOTEBOOKS RUNS WHEELS PIP_SOURCE PRESET
 _CAPS_CHARS := A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 _
 _PLAIN_CHARS := $(_CAPS_CHARS) a b c d e f g h i j k l m n o p q r s t u v w x y z . , : / = + - @ %
 # $(call _without,TEXT,CHARS): TEXT with every one of CHARS removed.
@@ -57,7 +60,8 @@ wheelhouse:
 run: setup
 	$(if $(NOT_PARAMETERS),$(warning make run: ignoring $(NOT_PARAMETERS): notebook parameters are ALL_CAPS))
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.runner --notebooks $(call _shell_quote,$(NOTEBOOKS)) \
-		--runs $(call _shell_quote,$(RUNS)) $(RUN_ARGS) $(PARAMETER_ARGS)
+		--runs $(call _shell_quote,$(RUNS)) $(if $(PRESET),--preset $(call _shell_quote,$(PRESET))) $(RUN_ARGS) \
+		$(PARAMETER_ARGS)
 
 # The capstone alone (16), its whole recipe on all of CIFAR-10, into its own run folder under RUNS.
 # `make run` gives it a classroom budget instead (the runner's SERIES_DEFAULTS); MINUTES=... sets one.

@@ -246,7 +246,8 @@ def memory_need(runs: Path) -> tuple[float, str]:
         except (OSError, ValueError):
             continue
         peaks = [(e.get("peak_rss_mb", 0), e["notebook"][:2]) for e in summary.get("notebooks", [])]
-        if summary.get("status") == "complete" and peaks and max(peaks)[0] > 0:
+        at_defaults = not summary.get("preset")  # a preset's peaks are not what the defaults need
+        if summary.get("status") == "complete" and at_defaults and peaks and max(peaks)[0] > 0:
             peak, notebook = max(peaks)
             return peak / 1000, f"notebook {notebook}'s peak in {path.parent.name}"
     return NEEDED_MEMORY_GB, "before any make run here; make run measures what each notebook takes"
@@ -262,10 +263,29 @@ def check_resources(folder: Path, runs: Path | None = None) -> list[Check]:
     return [
         Check("disk", free_disk >= NEEDED_DISK_GB, f"{free_disk:.1f} GB free in {folder}",
               f"free at least {NEEDED_DISK_GB:.0f} GB (make reset removes the notebooks' working folders)"),
-        Check("memory", available >= need,
-              f"{available:.1f} GB available of {total:.1f} GB (the series needs {need:.1f} GB: {why})",
-              "close other programs and notebook kernels (JupyterLab: Kernel > Shut Down All Kernels)"),
+        check_memory(available, total, need, why),
     ]  # fmt: skip
+
+
+def check_memory(available: float, total: float, need: float, why: str) -> Check:
+    """ok with `need` GB available; a WARN offering the low-memory preset where its ceiling is; else FAIL."""
+    from mgtutor.classroom.presets import LOW_MEMORY, LOW_MEMORY_PEAK_MB
+
+    low = LOW_MEMORY_PEAK_MB / 1000
+    found = f"{available:.1f} GB available of {total:.1f} GB"
+    needs = f"the series needs {need:.1f} GB at classroom defaults: {why}"
+    close = "close other programs and notebook kernels (JupyterLab: Kernel > Shut Down All Kernels)"
+    if available >= need:
+        return Check("memory", True, f"{found} ({needs})")
+    if need <= low:  # a run here needed less than the preset's ceiling: the preset would not help
+        return Check("memory", False, f"{found} ({needs})", close)
+    if available >= low:
+        return Check("memory", False, f"{found}: too little for the classroom defaults ({needs}); enough for "
+                     f"the {LOW_MEMORY} preset, whose peak is at most {low:.1f} GB a notebook",
+                     f"make run PRESET={LOW_MEMORY} (docs/teachers.md, Memory), or {close}",
+                     warning=True)  # fmt: skip
+    return Check("memory", False, f"{found}: too little even for the {LOW_MEMORY} preset, at most {low:.1f} "
+                 f"GB a notebook ({needs})", f"{close}; then make run PRESET={LOW_MEMORY}")  # fmt: skip
 
 
 def run_checks(

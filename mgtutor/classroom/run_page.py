@@ -141,6 +141,7 @@ def index_html(report: dict[str, Any]) -> str:
     started = report["started"].replace("T", " ")
     estimated = (f" (make check estimated {duration(report['estimate_seconds'])} at classroom defaults)"
                  if "estimate_seconds" in report else "")  # fmt: skip
+    preset = f" · preset {report['preset']}" if report.get("preset") else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -150,7 +151,7 @@ def index_html(report: dict[str, Any]) -> str:
 </head>
 <body>
 <h1>mgtutor series run — <span class="status {_e(report["status"])}">{_e(report["status"])}</span></h1>
-<p class="machine">Started {_e(started)} · total {_e(duration(report["seconds"]))}{estimated}
+<p class="machine">Started {_e(started)} · total {_e(duration(report["seconds"]))}{estimated}{_e(preset)}
  · {counts[OK]} ok, {counts[FAILED]} failed, {counts[NOT_RUN]} not run</p>
 <p class="machine">Machine: {_e(machine_text)}</p>
 <p class="command">Command: <code>{_e(report["command"])}</code></p>

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mgtutor.classroom.lessons import check_overrides, find_notebooks, notebook_parameters, parse_value
+from mgtutor.classroom.presets import apply_preset
 from mgtutor.classroom.run_page import FAILED, NOT_RUN, OK, RUNNING, duration, index_html
 from mgtutor.support.files import atomic_write
 from mgtutor.support.records import MIME_TYPE, read_records
@@ -137,13 +138,15 @@ def run_series(
     command: str | None = None,
     preflight: bool = False,
     recipe: str | None = None,
+    preset: str | None = None,
 ) -> Path:
     """Execute the series into a new timestamped folder and return that folder.
 
     A failing notebook stops the run with ``SystemExit(1)`` after its executed
     copy, its HTML and the reports are written. `preflight` puts `make check`'s
     checklist first (a FAIL line is shown, it does not stop the run). `recipe` names the overrides'
-    origin in the summary (``"capstone-long"``), for `run_tables`.
+    origin in the summary (``"capstone-long"``), for `run_tables`. `preset` (`presets.PRESETS`) adds its
+    per-lesson overrides below `overrides`.
     """
     notebooks = find_notebooks(notebooks_dir)
     if only:
@@ -152,6 +155,8 @@ def run_series(
             raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
     defaults = {nb: notebook_parameters(nb) for nb in notebooks}
     plan = check_overrides(series_overrides(overrides or {}, defaults), defaults)
+    if preset:
+        plan = apply_preset(preset, plan, overrides or {}, defaults)
     run_dir = _new_run_dir(Path(runs_dir))
     report: dict[str, Any] = {
         "started": datetime.now().isoformat(timespec="seconds"),
@@ -159,6 +164,7 @@ def run_series(
         "command": command or "mgtutor.classroom.runner.run_series(...)",
         "overrides": dict(overrides or {}),
         **({"recipe": recipe} if recipe else {}),
+        **({"preset": preset} if preset else {}),
         "machine": _machine(),
         "notebooks": [
             {"notebook": nb.name, "status": NOT_RUN, "parameters": plan[nb], "defaults": defaults[nb]}
@@ -289,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=(), help="notebook prefixes, e.g. 00 01")
     parser.add_argument("--no-preflight", action="store_true", help="skip the make check list at the top")
     parser.add_argument("--capstone-long", action="store_true", help="lesson 16's recipe for 90 %%")
+    parser.add_argument("--preset", metavar="NAME", help="per-lesson overrides below -p's, e.g. low-memory")
     parser.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
         help="override a notebook parameter, e.g. -p EPOCHS 5",
@@ -302,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         run_series(args.notebooks, args.runs, overrides, kernel_name=args.kernel, only=args.only,
                    command=command, preflight=not args.no_preflight,
-                   recipe="capstone-long" if args.capstone_long else None)  # fmt: skip
+                   recipe="capstone-long" if args.capstone_long else None, preset=args.preset)  # fmt: skip
     except (ValueError, FileNotFoundError) as err:
         parser.exit(2, f"error: {err}\n")
 

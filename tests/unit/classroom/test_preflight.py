@@ -176,5 +176,29 @@ def test_the_memory_check_asks_for_what_the_last_complete_run_took(tmp_path):
     (runs / "20261127-030000" / "summary.json").write_text("{not json")  # a run killed while writing
     need, why = memory_need(runs)
     assert need == pytest.approx(4.318) and why == "notebook 01's peak in 20261127-010000"
+    (runs / "20261127-040000").mkdir()  # a later run under the low-memory preset: not the defaults' need
+    preset_run = {"status": "complete", "preset": "low-memory",
+                  "notebooks": [{"notebook": "13_x.ipynb", "peak_rss_mb": 2600}]}  # fmt: skip
+    (runs / "20261127-040000" / "summary.json").write_text(json.dumps(preset_run))
+    assert memory_need(runs) == (need, why)
     memory = next(c for c in check_resources(tmp_path) if c.name == "memory")
-    assert "the series needs 4.3 GB: notebook 01's peak in 20261127-010000" in memory.detail
+    assert "needs 4.3 GB at classroom defaults: notebook 01's peak in 20261127-010000" in memory.detail
+
+
+def test_the_memory_check_offers_the_low_memory_preset_where_only_it_fits():
+    from mgtutor.classroom.preflight import check_memory
+
+    why = "notebook 13's peak in 20261129-001601"
+    ok = check_memory(5.0, 8.0, 4.3, why)
+    assert ok.ok and ok.detail == (f"5.0 GB available of 8.0 GB (the series needs 4.3 GB at classroom "
+                                   f"defaults: {why})")
+    offered = check_memory(3.5, 8.0, 4.3, why)  # below the defaults' need, above the preset's 3.0
+    assert not offered.ok and offered.warning and "make run PRESET=low-memory" in offered.fix
+    assert "needs 4.3 GB at classroom defaults" in offered.detail
+    assert "at most 3.0 GB a notebook" in offered.detail
+    short = check_memory(2.5, 4.0, 4.3, why)  # below both: a FAIL giving both figures
+    assert not short.ok and not short.warning
+    assert "too little even for the low-memory preset, at most 3.0 GB" in short.detail
+    assert "needs 4.3 GB" in short.detail
+    small_need = check_memory(2.5, 4.0, 2.8, why)  # the defaults needed less than the preset's ceiling
+    assert not small_need.ok and not small_need.warning and "PRESET" not in small_need.fix

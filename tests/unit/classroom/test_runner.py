@@ -164,6 +164,31 @@ def test_bad_override_on_the_command_line_exits_2_listing_known_names(tiny_serie
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_preset_applies_below_the_command_line_and_is_recorded(tiny_series, tmp_path, monkeypatch):
+    from mgtutor.classroom import presets
+
+    monkeypatch.setitem(presets.PRESETS, "tiny", {"00_first": {"EPOCHS": (7, "a"), "RATE": (0.25, "b")},
+                                                  "01_second": {"NAME": ("preset", "c")}})  # fmt: skip
+    run_dir = runner.run_series(tiny_series, tmp_path / "runs", {"EPOCHS": 5}, preset="tiny")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["preset"] == "tiny" and summary["overrides"] == {"EPOCHS": 5}
+    first, second = summary["notebooks"]
+    assert first["parameters"] == {"EPOCHS": 5, "RATE": 0.25} and first["records"]["epochs_seen"] == 10
+    assert second["parameters"] == {"EPOCHS": 5, "NAME": "preset"}
+    assert second["records"] == {"name_seen": "preset"}
+    header = re.sub(r"<[^>]+>", "", (run_dir / "index.html").read_text(encoding="utf-8")).split("Machine:")[0]
+    assert "· total " in header and "· preset tiny\n · 2 ok" in header
+
+
+def test_an_unknown_preset_is_refused_before_anything_runs_naming_the_known(tiny_series, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        runner.main(["--notebooks", str(tiny_series), "--runs", str(tmp_path / "runs"),
+                     "--preset", "low-memroy"])  # fmt: skip
+    assert stopped.value.code == 2
+    assert "PRESET='low-memroy' is not a preset; known: low-memory" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_failing_notebook_stops_the_run_and_keeps_what_completed(tiny_series, tmp_path, capsys):
     _notebook(tiny_series / "01_second.ipynb", "EPOCHS = 3", "raise RuntimeError('boom')")
     _notebook(tiny_series / "02_third.ipynb", "EPOCHS = 3", "pass")
@@ -249,6 +274,8 @@ def test_make_run_turns_command_line_variables_into_parameters():
     assert result.returncode == 0, result.stderr
     assert _runner_parameters(result.stdout) == {"NAME": tricky, "DATASET": "mnist", "SEED": "7"}
     assert "ignoring lower: notebook parameters are ALL_CAPS" in result.stderr
+    preset = _make("-n", "run", "PRESET=low-memory", "EPOCHS=5")  # the Makefile's own variable, not a -p
+    assert "--preset low-memory" in preset.stdout and _runner_parameters(preset.stdout) == {"EPOCHS": "5"}
 
 
 def test_the_series_budgets_the_capstone_unless_told_otherwise():

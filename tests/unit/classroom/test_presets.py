@@ -1,0 +1,95 @@
+"""mgtutor.classroom.presets: every override a lesson takes, the command line above it, unknown names refused,
+and the low-memory preset held to its stated ceiling by a run of its heaviest lesson."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mgtutor.classroom import presets
+from mgtutor.classroom.lessons import check_overrides, find_notebooks, notebook_parameters
+from mgtutor.classroom.limits import lesson_plan
+from mgtutor.classroom.runner import series_overrides
+from tests.conftest import ROOT
+
+NOTEBOOKS = {nb.stem: nb for nb in find_notebooks(ROOT / "notebooks")}
+DEFAULTS = {nb: notebook_parameters(nb) for nb in NOTEBOOKS.values()}
+# The low-memory preset's heaviest lesson when measured (kernel and workers at once): the slow test.
+HEAVIEST = "14_pinned_workers"
+
+
+@pytest.mark.parametrize(("name", "lesson"), [(n, lesson) for n, lessons in presets.PRESETS.items()
+                                              for lesson in lessons])  # fmt: skip
+def test_each_override_is_a_parameter_of_its_lesson_that_it_takes(name, lesson):
+    assert lesson in NOTEBOOKS, f"{name} names {lesson}, which is no notebook"
+    notebook = NOTEBOOKS[lesson]
+    params = presets.preset_overrides(name)[lesson]
+    assert set(params) <= set(DEFAULTS[notebook]) and params
+    # make run's own check, the lesson's alone: types against its defaults, then its limits
+    assert check_overrides(params, {notebook: DEFAULTS[notebook]}) == {notebook: params}
+    lesson_plan(lesson, {**DEFAULTS[notebook], **params})
+    assert all(why.strip() and "\n" not in why for _, why in presets.PRESETS[name][lesson].values())
+
+
+def test_the_whole_series_takes_the_low_memory_preset_above_its_own_defaults():
+    plan = check_overrides(series_overrides({}, DEFAULTS), DEFAULTS)
+    merged = presets.apply_preset(presets.LOW_MEMORY, plan, {}, DEFAULTS)
+    by_lesson = {nb.stem: params for nb, params in merged.items()}
+    wanted = presets.preset_overrides(presets.LOW_MEMORY)
+    for lesson, params in by_lesson.items():
+        assert params == {**plan[NOTEBOOKS[lesson]], **wanted.get(lesson, {})}, lesson
+    assert by_lesson["16_capstone"]["MINUTES"] == 1.5  # the series' budget is kept
+
+
+def test_the_command_line_beats_the_preset_and_a_refusal_names_the_preset():
+    notebook = NOTEBOOKS["13_sharding"]
+    lesson = {notebook: DEFAULTS[notebook]}
+    command_line = {"N_DEVICES": 8, "WIDTH": 256}
+    planned = check_overrides(command_line, lesson)
+    merged = presets.apply_preset(presets.LOW_MEMORY, planned, command_line, lesson)
+    preset = presets.preset_overrides(presets.LOW_MEMORY)["13_sharding"]
+    assert merged[notebook] == {**preset, **command_line}
+    # 8 on the model axis suits the lesson's 8 devices, not the preset's 4: the refusal says who set 4
+    alone = {"TP_DEVICES": 8}
+    with pytest.raises(ValueError, match=r"TP_DEVICES=8 must divide N_DEVICES=4[\s\S]*with the low-memory "
+                                         r"preset's \{'13_sharding': \{'N_DEVICES': 4"):  # fmt: skip
+        presets.apply_preset(presets.LOW_MEMORY, check_overrides(alone, lesson), alone, lesson)
+
+
+def test_an_unknown_preset_or_a_parameter_a_lesson_lacks_is_refused(monkeypatch):
+    with pytest.raises(ValueError, match=r"PRESET='tiny' is not a preset; known: low-memory"):
+        presets.preset_overrides("tiny")
+    monkeypatch.setitem(presets.PRESETS, "stale", {"13_sharding": {"WORKERS": (1, "gone")}})
+    notebook = NOTEBOOKS["13_sharding"]
+    with pytest.raises(ValueError, match=r"sets \['WORKERS'\] for 13_sharding.ipynb.*out of date"):
+        presets.apply_preset("stale", {notebook: {}}, {}, {notebook: DEFAULTS[notebook]})
+
+
+def test_the_guide_states_the_ceiling_the_tests_hold():
+    guide = (ROOT / "docs" / "teachers.md").read_text()
+    section = guide.split("\n## Memory\n", 1)[1].split("\n## ", 1)[0]
+    memory = section.split("<!-- generated:memory end -->", 1)[1]  # the prose, not the run's table
+    assert "make run PRESET=low-memory" in memory
+    assert f"at most {presets.LOW_MEMORY_PEAK_MB / 1000:g} GB" in memory
+    for lesson in presets.PRESETS[presets.LOW_MEMORY]:
+        assert re.search(rf"\b{lesson[:2]}\b", memory), lesson
+
+
+@pytest.mark.slow
+def test_the_low_memory_presets_heaviest_lesson_stays_under_its_ceiling(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "mgtutor.classroom.runner", "--only", HEAVIEST[:2],
+                           "--no-preflight", "--preset", presets.LOW_MEMORY, "--runs", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (summary,) = tmp_path.glob("*/summary.json")
+    report = json.loads(summary.read_text())
+    (entry,) = report["notebooks"]
+    assert report["preset"] == presets.LOW_MEMORY and entry["status"] == "ok"
+    assert entry["parameters"] == presets.preset_overrides(presets.LOW_MEMORY)[HEAVIEST]
+    assert 0 < entry["peak_rss_mb"] <= presets.LOW_MEMORY_PEAK_MB, entry["peak_rss_mb"]
