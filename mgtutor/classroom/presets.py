@@ -15,7 +15,7 @@ from mgtutor.classroom.limits import check_lessons
 
 LOW_MEMORY = "low-memory"
 # The stated ceiling of the low-memory preset: each notebook's peak (its kernel and every process it
-# starts, as `make run` samples it: `memory.ChildMemory`), in the MB of summary.json's peak_rss_mb.
+# starts, as `make run` samples it: `memory.ChildMemory`), in the MiB of summary.json's peak_rss_mb.
 # tests/unit/classroom/test_presets.py holds the preset's heaviest lesson to it.
 LOW_MEMORY_PEAK_MB = 3000
 

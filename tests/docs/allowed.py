@@ -332,7 +332,7 @@ ALLOWED: list[Allowed] = [
     ),
     Allowed(
         "docs/teachers.md",
-        r"at most 3 GB; a test holds the preset's heaviest lesson to\s+that ceiling",
+        r"at most 3,000 MiB \(2\.9 GiB\); a test holds the preset's\s+heaviest lesson to that ceiling",
         "bound",
         "the low-memory preset's stated ceiling, presets.LOW_MEMORY_PEAK_MB, that its test asserts",
     ),

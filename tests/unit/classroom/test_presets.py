@@ -75,7 +75,7 @@ def test_the_guide_states_the_ceiling_the_tests_hold():
     section = guide.split("\n## Memory\n", 1)[1].split("\n## ", 1)[0]
     memory = section.split("<!-- generated:memory end -->", 1)[1]  # the prose, not the run's table
     assert "make run PRESET=low-memory" in memory
-    assert f"at most {presets.LOW_MEMORY_PEAK_MB / 1000:g} GB" in memory
+    assert f"at most {presets.LOW_MEMORY_PEAK_MB:,} MiB" in memory  # make run counts memory in MiB
     for lesson in presets.PRESETS[presets.LOW_MEMORY]:
         assert re.search(rf"\b{lesson[:2]}\b", memory), lesson
 
