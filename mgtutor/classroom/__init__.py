@@ -6,8 +6,10 @@
   reference step; `estimate`, this laptop's `make run` time from that step;
   `preflight_arithmetic`, what lesson 16 will train with here (its own timing, in a child).
 - `datakit`: the classroom data kit, downloaded and checked against published sha256 sums.
-- `lessons`: the series as `make run` sees it, overrides checked before anything runs.
-- `limits`: `lesson_plan`, what each lesson needs of its parameters, read by notebooks and runner.
+- `lessons`: the series as `make run` sees it, overrides checked before anything runs; `presets`, the
+  named sets of overrides (`make run PRESET=low-memory`).
+- `limits`: `lesson_plan`, what each lesson needs of its parameters, read by notebooks and runner;
+  `limit_checks`, the checks the lessons' rules share.
 - `run_tables`: the generated blocks of docs/results.md and the teacher's guide, from a run's summary;
   `plans`, the guide's 3-hour and 90-minute plans, timed by that run;
   `results_page`, docs/results.md's tables, one column per kind of CPU.

@@ -24,13 +24,21 @@ def _at_least(value: int, needed: int, message: str, problems: list[str]) -> Non
         problems.append(message.format(needed=needed))
 
 
+# An accuracy on fewer test images than this cannot be told from chance (ten a class for CIFAR-10's ten):
+# the sweep's first draw at TEST_SAMPLES=1 scored 0.000 and was read as "not learning".
+MIN_TEST_SAMPLES = 100
+TOO_FEW_TO_TEST = "the test accuracy needs about ten images a class to mean anything"
+
+
 def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES", at_least: int = 1,
             why: str = "the number of devices", fits: bool = True) -> int | None:  # fmt: skip
     """Checks the sizes most lessons share; the global batch, or None when a part of it is wrong."""
     ok = True
-    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES", "EPOCHS"):
+    for name in ("TRAIN_SAMPLES", "EPOCHS"):
         if name in p:
             ok &= _whole(p, name, 1, "a count", problems)
+    if "TEST_SAMPLES" in p:
+        ok &= _whole(p, "TEST_SAMPLES", MIN_TEST_SAMPLES, TOO_FEW_TO_TEST, problems)
     fine = devices not in p or _whole(p, devices, at_least, why, problems)
     if "BATCH_SIZE_PER_REPLICA" not in p or devices not in p:
         return None

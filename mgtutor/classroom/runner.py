@@ -128,6 +128,16 @@ def series_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> d
     return {**kept, **overrides}
 
 
+def _chosen(notebooks_dir: str | os.PathLike, only: Sequence[str]) -> list[Path]:
+    """The series' notebooks, or those `only` names by prefix; refuses a prefix list that matches none."""
+    notebooks = find_notebooks(notebooks_dir)
+    if only:
+        notebooks = [nb for nb in notebooks if any(nb.name.startswith(prefix) for prefix in only)]
+        if not notebooks:
+            raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
+    return notebooks
+
+
 def run_series(
     notebooks_dir: str | os.PathLike,
     runs_dir: str | os.PathLike,
@@ -148,11 +158,7 @@ def run_series(
     origin in the summary (``"capstone-long"``), for `run_tables`. `preset` (`presets.PRESETS`) adds its
     per-lesson overrides below `overrides`.
     """
-    notebooks = find_notebooks(notebooks_dir)
-    if only:
-        notebooks = [nb for nb in notebooks if any(nb.name.startswith(prefix) for prefix in only)]
-        if not notebooks:
-            raise ValueError(f"--only {list(only)} matches no notebook in {notebooks_dir}.")
+    notebooks = _chosen(notebooks_dir, only)
     defaults = {nb: notebook_parameters(nb) for nb in notebooks}
     plan = check_overrides(series_overrides(overrides or {}, defaults), defaults)
     if preset:
@@ -172,10 +178,7 @@ def run_series(
         ],
     }
     if preflight:
-        report["preflight"] = _preflight()
-        estimate = next((c["value"] for c in report["preflight"] if c["name"] == "run time"), None)
-        if estimate is not None:
-            report["estimate_seconds"] = round(estimate, 1)
+        report.update(_preflight())
     clock = time.perf_counter()
     for position, (notebook, entry) in enumerate(zip(notebooks, report["notebooks"], strict=True), start=1):
         target = run_dir / notebook.name
@@ -276,7 +279,8 @@ def _write_reports(run_dir: Path, report: dict[str, Any], elapsed: float) -> Non
         temp.write_text(index_html(report), encoding="utf-8")
 
 
-def _preflight() -> list[dict[str, Any]]:
+def _preflight() -> dict[str, Any]:
+    """make check's list for the report, and its estimate of this run's time when it made one."""
     from dataclasses import asdict
 
     from mgtutor.classroom.preflight import format_checklist, run_checks  # TF only in its child
@@ -284,7 +288,9 @@ def _preflight() -> list[dict[str, Any]]:
     print("Preflight (make check):", flush=True)
     checks = run_checks(allow_synthetic=True)  # the series runs on the synthetic stand-in too
     print(format_checklist(checks, colour=sys.stdout.isatty()), flush=True)
-    return [asdict(check) for check in checks]
+    found = {"preflight": [asdict(check) for check in checks]}
+    estimate = next((c.value for c in checks if c.name == "run time"), None)
+    return found if estimate is None else {**found, "estimate_seconds": round(estimate, 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
