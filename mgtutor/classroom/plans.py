@@ -28,7 +28,7 @@ PLANS: dict[str, tuple[int, int, tuple[Slot, ...]]] = {
         ("14: workers that own their cores", ("14",), 15),
         ("break", (), 8),
         ("15: when it breaks, two drills", ("15",), 15),
-        ("16: the capstone, from the teacher's `make capstone` run", (), 8),
+        ("16: the capstone, from the teacher's `make capstone` run", (), 6),
     )),
     "Ninety minutes (make check done the day before)": (90, 10, (
         ("setup: open the notebooks", (), 5),
