@@ -56,7 +56,6 @@ SECONDS = {
     "lesson_offline_then_again_on_the_real_data[17": 250, "script_on_two_nodes": 70,
     "jax_route_needs_no_tensorflow": 40, "killed_mid_run_resumes_from_its_checkpoint": 25,
     "jax_route_resumes_exactly": 25, "solution_on_real_data[17": 20,
-    "heaviest_lesson_stays_under_its_ceiling": 75,  # lesson 14 under the low-memory preset
 }  # fmt: skip
 
 
