@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import math
 from typing import Any
 from urllib.parse import quote
 
@@ -19,25 +18,6 @@ def duration(seconds: float) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest:02d} s"
-
-
-def format_value(value: Any) -> str:
-    """A recorded value as short text: 0.6123, 1,234, [a, b], key: value."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if not math.isfinite(value) or value == 0:
-            return str(value)
-        if 1e-3 <= abs(value) < 1e4:
-            return f"{value:.4g}"
-        return f"{value:,.0f}" if 1e4 <= abs(value) < 1e12 else f"{value:.3e}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {format_value(v)}" for k, v in value.items())
-    return str(value)
 
 
 _STYLE = """

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from mgtutor.classroom import lessons, run_page, runner
+from mgtutor.classroom import lessons, runner
 from mgtutor.support.records import MIME_TYPE
 from tests.conftest import ROOT
 
@@ -232,12 +232,6 @@ def test_command_line_without_notebooks_stops():
     with pytest.raises(SystemExit) as stopped:
         runner.main(["--notebooks", "/nonexistent"])
     assert stopped.value.code == 2
-
-
-def test_format_value_keeps_metrics_short():
-    assert run_page.format_value(0.612345) == "0.6123" and run_page.format_value(12345.6) == "12,346"
-    assert run_page.format_value(1234567) == "1,234,567" and run_page.format_value(2.5e-7) == "2.500e-07"
-    assert run_page.format_value({"tf": "2.21", "ok": [True, 0.5]}) == "tf: 2.21, ok: [True, 0.5]"
 
 
 # --------------------------------------------------------------------------- the Makefile
