@@ -88,7 +88,7 @@ test: setup
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow" $(TEST_ARGS)
 
 test-all: setup
-	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15 $(TEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=40 $(TEST_ARGS)
 
 # The notebooks ask for the kernel "python3"; Jupyter starts it with the server's own Python, the venv's.
 # Jupyter refuses to run as root (classroom containers often do) unless told it may.
