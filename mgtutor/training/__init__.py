@@ -17,6 +17,8 @@
   before TensorFlow starts.
 - `parameter_averaging`: seed 004's `ParallelWrapper` (deeplearning4j's), workers' copies averaged every
   few rounds; `worker_batches`, the batches it deals them, read ahead in a thread.
+- `pipeline`: lesson 18's pipeline parallelism, a Keras model cut by depth into stages, each in a
+  pinned worker process, run under the GPipe or the 1F1B schedule, its bubble timed per stage.
 - `capstone`: lesson 16's recipe, generated from the lesson, for its benchmark and its tests; of the
   package only `make check`'s child that times its step imports it.
 - `slurm`: a real two-node Slurm cluster on this machine (`cluster/slurm/local_cluster.sh`: network and
