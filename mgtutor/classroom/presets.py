@@ -3,7 +3,9 @@
 A preset sits above the series' own defaults (`runner.SERIES_DEFAULTS`) and below the command line:
 a parameter given with ``-p`` (or ``make run NAME=value``) always wins. `make check` offers the
 low-memory preset where the laptop has less memory available than the series needs at classroom
-defaults. It imports nothing heavy.
+defaults; `make run` takes the slow-laptop preset itself where its reference step says the defaults
+would overrun the slot (`estimate.choose_preset`), unless PRESET names one (``none``: the defaults).
+It imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ LOW_MEMORY = "low-memory"
 # Lesson 14 measured 2,913 MiB alone on a quiet 2-core Xeon, 3,421 under make test-all's load: an aim,
 # not yet a ceiling any test can hold (issue 55).
 LOW_MEMORY_PEAK_MB = 3000
+SLOW_LAPTOP = "slow-laptop"
+# PRESET=none: the classroom defaults whatever the laptop (`make run` sizes itself otherwise: `estimate`).
+NONE = "none"
 
+# The slow-laptop preset's smaller training sets: 40 % of the defaults' steps; every lesson still learns.
+_FEWER_IMAGES = {
+    "TRAIN_SAMPLES": (2048, "32 steps an epoch at a global batch of 64: still learns"),
+    "TEST_SAMPLES": (512, "an accuracy's noise over 512 images is still below the gaps the lesson reads"),
+}
 # preset -> lesson (its notebook's stem) -> parameter -> (value, why the lesson keeps its point).
 PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
     LOW_MEMORY: {
@@ -47,6 +57,64 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "XLA": (False, "the race still times float32 against bfloat16; XLA's compiles held the most"),
         },
     },
+    # `make run` picks this one itself where its reference step says the classroom defaults would overrun
+    # the slot (`choose_preset`). Sized so that its run on the reference CPU, times the slowest CPU's
+    # slowdown (the AVX2-only EPYC: 2.57), fits the slot: fewer images, repeats and timed steps; every
+    # lesson still trains, times and compares what it did at its defaults.
+    SLOW_LAPTOP: {
+        "02_build_cnn": _FEWER_IMAGES,
+        "03_data_parallel_step": _FEWER_IMAGES,
+        "04_multi_gpu_wrapping": _FEWER_IMAGES,
+        "05_batchnorm_and_replica_state": {
+            "TRAIN_SAMPLES": (1024, "16 steps of 2 x 32 an epoch: the replicas' statistics still drift"),
+            "TEST_SAMPLES": (256, "the routes are still tested on the same images"),
+        },
+        "06_augmented_training": {**_FEWER_IMAGES,
+            "PIPELINE_BATCHES": (8, "the slow reader's stall shows in any number of batches")},  # fmt: skip
+        "07_save_and_restore": _FEWER_IMAGES,
+        "08_scaling_study": {**_FEWER_IMAGES,
+            "BENCH_STEPS": (3, "steps a block: the rate of a warm step"),
+            "SWEEP": ([16, 32, 64], "three batch sizes still draw the curve's bend"),
+            "STUDY_SAMPLES": (256, "the learning-rate study still compares its rates")},  # fmt: skip
+        "09_parameter_averaging": {
+            "TRAIN_SAMPLES": (4096, "every frequency still gets its rounds; the curves still separate"),
+            "EVALS": (3, "three points a curve still show the order of the frequencies"),
+        },
+        "10_multi_worker": _FEWER_IMAGES,
+        "11_where_time_goes": {**_FEWER_IMAGES,
+            "EPOCHS": (2, "accumulation's parity and the accuracy gap need two epochs, not three"),
+            "MIXED_TRAIN_SAMPLES": (768, "bfloat16 and float32 still train the same images to compare"),
+            "TIMING_STEPS": (3, "steps a timing: warm steps are alike")},  # fmt: skip
+        "12_keras_on_jax": {**_FEWER_IMAGES,
+            "TIMING_CALLS": (3, "calls a timing: warm calls are alike")},  # fmt: skip
+        "14_pinned_workers": {
+            "BENCH_STEPS": (3, "steps a block: the workers' rate, not their start-up, is timed"),
+            "LINK_MAX_MB": (16, "the link's sizes still pass the gradient its prediction reads"),
+            "TRAIN_SAMPLES": (1500, "3 epochs of 1,500 images still reach the target"),
+            "TARGET_ACCURACY": (0.3, "reached within 3 epochs of 1,500 images: the jobs' minutes compare"),
+        },
+        "15_when_it_breaks": {
+            "OOM_BATCH": (192, "still more images than fit in MEMORY_BUDGET_MB: the drill still runs out"),
+            "TRAIN_SAMPLES": (512, "every drill needs at most 256 images"),
+        },
+        "16_capstone": {
+            "XLA": (False, "the race still times float32 against bfloat16; XLA's compiles are the slowest"),
+            "MINUTES": (0.75, "the budget fits whatever trains in it; the curve still climbs"),
+        },
+    },
+}
+
+
+# preset -> lesson -> why the preset leaves it at its size (the guide's reason table prints both tables).
+KEPT: dict[str, dict[str, str]] = {
+    SLOW_LAPTOP: {
+        "00_environment": "no training: the devices and their check, seconds of start-up",
+        "01_prepare_data": "no training: the data loaded, split and checked once",
+        "13_sharding": "XLA's compiles of each layout it compares are its time, not its steps; it times "
+                       "each the fewest times already (REPEATS 2)",
+        "17_to_a_cluster": "starting processes is its time (1 process, 2 workers, a killed worker resumed, "
+                           "the link) and each start is what it shows; its steps take seconds",
+    },
 }
 
 
@@ -56,8 +124,11 @@ def _known() -> str:
 
 def preset_overrides(name: str) -> dict[str, dict[str, Any]]:
     """The preset's overrides, lesson by lesson; a ValueError naming the known presets for any other name."""
+    if name == NONE:
+        return {}
     if name not in PRESETS:
-        raise ValueError(f"PRESET={name!r} is not a preset; known: {_known()} (none: classroom defaults).")
+        raise ValueError(f"PRESET={name!r} is not a preset; known: {_known()} ({NONE}: the classroom "
+                         "defaults, not sized to the laptop).")
     return {lesson: {param: value for param, (value, _) in params.items()}
             for lesson, params in PRESETS[name].items()}  # fmt: skip
 
@@ -83,4 +154,15 @@ def apply_preset(name: str, plan: dict[Path, dict], command_line: dict[str, Any]
         used = {nb.stem: values for nb, values in applied.items() if values}
         raise ValueError(f"{err}\n(with the {name} preset's {used}; a parameter given on the command line "
                          "replaces the preset's)") from None
+
+
+def reason_table(name: str) -> str:
+    """The preset as a Markdown table for the guide: each lesson's values and why it keeps its point,
+    then each lesson it leaves at its size and why."""
+    rows = ["| lesson | set to | why the lesson keeps its point |", "| --- | --- | --- |"]
+    for lesson, params in PRESETS[name].items():
+        values = ", ".join(f"`{param} = {value!r}`" for param, (value, _) in params.items())
+        rows.append(f"| {lesson[:2]} | {values} | {'; '.join(why for _, why in params.values())} |")
+    rows += [f"| {lesson[:2]} | its size | {why} |" for lesson, why in KEPT.get(name, {}).items()]
+    return "\n".join(rows)
 

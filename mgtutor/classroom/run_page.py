@@ -12,6 +12,12 @@ from mgtutor.classroom.run_chart import baseline_of, facts, figure_html
 OK, FAILED, RUNNING, NOT_RUN = "ok", "failed", "running", "not run"
 
 
+def estimated_for(report: dict[str, Any]) -> str:
+    """What a run's estimate (from make check's reference step) was made for: the defaults, or its preset."""
+    preset = report.get("preset")
+    return f"with the {preset} preset" if preset else "at classroom defaults"
+
+
 def duration(seconds: float) -> str:
     """12.3 s, or 4 min 05 s."""
     if seconds < 60:
@@ -119,9 +125,10 @@ def index_html(report: dict[str, Any]) -> str:
     baseline = baseline_of(report["notebooks"])
     rows = "\n".join(_row(entry, baseline) for entry in report["notebooks"])
     started = report["started"].replace("T", " ")
-    estimated = (f" (make check estimated {duration(report['estimate_seconds'])} at classroom defaults)"
+    estimated = (f" (estimated {duration(report['estimate_seconds'])} {estimated_for(report)})"
                  if "estimate_seconds" in report else "")  # fmt: skip
     preset = f" · preset {report['preset']}" if report.get("preset") else ""
+    sized = f'<p class="machine">{_e(report["sizing"]["said"])}</p>\n' if "sizing" in report else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -136,7 +143,7 @@ def index_html(report: dict[str, Any]) -> str:
 <p class="machine">Machine: {_e(machine_text)}</p>
 <p class="command">Command: <code>{_e(report["command"])}</code></p>
 <p class="command">Overrides: <code>{_e(overrides)}</code></p>
-{checklist_html(report.get("preflight", []))}{figure_html(report["notebooks"])}<table>
+{sized}{checklist_html(report.get("preflight", []))}{figure_html(report["notebooks"])}<table>
 <colgroup><col class="name"><col class="status"><col class="params"><col class="num"><col class="num">
 <col class="num"><col></colgroup>
 <thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mgtutor.classroom.lessons import check_overrides, find_notebooks, notebook_parameters, parse_value
-from mgtutor.classroom.presets import apply_preset
-from mgtutor.classroom.run_page import FAILED, NOT_RUN, OK, RUNNING, duration, index_html
+from mgtutor.classroom.presets import NONE, SLOW_LAPTOP, apply_preset
+from mgtutor.classroom.run_page import FAILED, NOT_RUN, OK, RUNNING, duration, estimated_for, index_html
 from mgtutor.support.files import atomic_write
 from mgtutor.support.records import MIME_TYPE, read_records
 from mgtutor.support.system import machine as _machine
@@ -34,12 +34,27 @@ KERNEL_ARGUMENTS = (
     "--IPKernelApp.log_level=CRITICAL",
     "--IPKernelApp.exec_lines=import mgtutor.support.tflog as _tflog; _tflog.quiet_tensorflow(); del _tflog",
 )
-# What the series runs with unless told otherwise, for the lessons that have the parameter: the
-# capstone (16) trains its whole recipe by default, about 20 minutes; in the series it gets a
-# classroom budget of minutes (`make run MINUTES=None` trains it whole; `make capstone` does).
-# LINK_RATES: lesson 17's link sweep at one shaped rate in the classroom run (the lesson's own default adds
-# the link unshaped: about 20 s more).
-SERIES_DEFAULTS = {"MINUTES": 1.5, "LINK_RATES": ["100mbit"]}
+# What the series runs with unless told otherwise, for the lessons that have the parameter (each name is
+# one lesson's, or means the same in each): the classroom defaults. They leave the 15-minute slot room for
+# every lesson on the reference CPU (`estimate`); a slower laptop gets the slow-laptop preset above them.
+SERIES_DEFAULTS = {
+    # The capstone (16) trains its whole recipe by default, about 20 minutes; in the series a budget of
+    # minutes, timing its arithmetic included (`make run MINUTES=None` trains it whole; `make capstone` does).
+    "MINUTES": 1.0,
+    # Lesson 17's link sweep at one shaped rate (its own default adds the link unshaped: about 20 s more).
+    "LINK_RATES": ["100mbit"],
+    # Lesson 17's Slurm cluster needs root to start (most classroom laptops skip it whatever SLURM says):
+    # the lesson prints the commands that run it; `make run SLURM=True` runs it where it can.
+    "SLURM": False,
+    # Timed blocks in 08, 13 and 14, speed repeats in 05 and 11: the fewest that give a spread (each
+    # lesson's limit); the lessons' own defaults time more, for a tighter spread.
+    "REPEATS": 2,
+    "SPEED_REPEATS": 2,
+    # Lesson 08's steps a timed block (14's default already): a warm step's rate needs no more.
+    "BENCH_STEPS": 5,
+    # Lesson 08's learning-rate study: half its images still separate the rates it compares.
+    "STUDY_SAMPLES": 512,
+}
 # `make capstone-long` (--capstone-long): lesson 16's recipe for the 90 % aim, over the notebook's defaults:
 # airbench's widths and more epochs at full size, no budget of minutes. The command line's -p still win.
 CAPSTONE_LONG = {"WIDTHS": [64, 256, 256], "EPOCHS": 14, "FULL_SIZE_EPOCHS": 10, "MINUTES": None}
@@ -160,25 +175,23 @@ def run_series(
     """
     notebooks = _chosen(notebooks_dir, only)
     defaults = {nb: notebook_parameters(nb) for nb in notebooks}
-    plan = check_overrides(series_overrides(overrides or {}, defaults), defaults)
-    if preset:
-        plan = apply_preset(preset, plan, overrides or {}, defaults)
+    started = datetime.now().isoformat(timespec="seconds")
+    plan, found = _sized_plan(defaults, overrides or {}, preflight=preflight, recipe=recipe, preset=preset)
     run_dir = _new_run_dir(Path(runs_dir))
     report: dict[str, Any] = {
-        "started": datetime.now().isoformat(timespec="seconds"),
+        "started": started,
         "status": RUNNING,
         "command": command or "mgtutor.classroom.runner.run_series(...)",
         "overrides": dict(overrides or {}),
         **({"recipe": recipe} if recipe else {}),
-        **({"preset": preset} if preset else {}),
+        **({"preset": preset} if preset and preset != NONE else {}),
         "machine": _machine(),
         "notebooks": [
             {"notebook": nb.name, "status": NOT_RUN, "parameters": plan[nb], "defaults": defaults[nb]}
             for nb in notebooks
         ],
+        **found,
     }
-    if preflight:
-        report.update(_preflight())
     clock = time.perf_counter()
     for position, (notebook, entry) in enumerate(zip(notebooks, report["notebooks"], strict=True), start=1):
         target = run_dir / notebook.name
@@ -210,7 +223,7 @@ def run_series(
     _write_reports(run_dir, report, time.perf_counter() - clock)
     took = duration(time.perf_counter() - clock)
     if "estimate_seconds" in report:  # what make check would have said, beside what it took
-        took += f" (make check estimated {duration(report['estimate_seconds'])} at classroom defaults)"
+        took += f" (estimated {duration(report['estimate_seconds'])} {estimated_for(report)})"
     print(f"All {len(notebooks)} notebooks ran in {took}.")
     print(f"Report: {run_dir / 'index.html'}")
     return run_dir
@@ -280,17 +293,66 @@ def _write_reports(run_dir: Path, report: dict[str, Any], elapsed: float) -> Non
 
 
 def _preflight() -> dict[str, Any]:
-    """make check's list for the report, and its estimate of this run's time when it made one."""
+    """make check's list for the report, and the reference step's images/s when it ran."""
     from dataclasses import asdict
 
-    from mgtutor.classroom.preflight import format_checklist, run_checks  # TF only in its child
+    from mgtutor.classroom.preflight import SMOKE, format_checklist, run_checks  # TF only in its child
 
     print("Preflight (make check):", flush=True)
     checks = run_checks(allow_synthetic=True)  # the series runs on the synthetic stand-in too
     print(format_checklist(checks, colour=sys.stdout.isatty()), flush=True)
     found = {"preflight": [asdict(check) for check in checks]}
-    estimate = next((c.value for c in checks if c.name == "run time"), None)
-    return found if estimate is None else {**found, "estimate_seconds": round(estimate, 1)}
+    rate = next((c.value for c in checks if c.name == SMOKE), None)
+    return found if not rate else {**found, "reference_images_per_s": round(rate, 1)}
+
+
+def _sized_plan(defaults: dict[Path, dict], overrides: dict[str, Any], *, preflight: bool, recipe: str | None,
+                preset: str | None) -> tuple[dict[Path, dict], dict[str, Any]]:  # fmt: skip
+    """Each notebook's parameters, every choice checked before any work, and what the report records of the
+    preflight (its checklist, run first) and of the sizing it allows (`size_to_laptop`)."""
+    plan = check_overrides(series_overrides(overrides, defaults), defaults)
+    planned = {preset or NONE: apply_preset(preset or NONE, plan, overrides, defaults)}
+    if not preset and preflight and not recipe:  # the reference step may pick it
+        planned.update(_slow_laptop_plan(plan, overrides, defaults))
+    found = _preflight() if preflight else {}
+    sized = {} if recipe else size_to_laptop(found, preset, planned, [nb.name[:2] for nb in defaults])
+    return planned[sized.get("preset") or preset or NONE], {**found, **sized}
+
+
+def _slow_laptop_plan(plan: dict[Path, dict], command_line: dict[str, Any],
+                      defaults: dict[Path, dict]) -> dict[str, Any]:  # fmt: skip
+    """{SLOW_LAPTOP: its plan}, or, where a lesson refuses the command line's values beside the preset's,
+    {SLOW_LAPTOP: why}: then the run keeps the classroom defaults and says so."""
+    try:
+        return {SLOW_LAPTOP: apply_preset(SLOW_LAPTOP, plan, command_line, defaults)}
+    except ValueError as err:
+        return {SLOW_LAPTOP: str(err).splitlines()[0]}
+
+
+def size_to_laptop(found: dict[str, Any], preset: str | None, planned: dict[str, Any],
+                   lessons: list[str]) -> dict[str, Any]:  # fmt: skip
+    """The sizing for the report from the preflight's reference step (`found`): with no preset named, the
+    slow-laptop preset where the estimate at classroom defaults passes the target (one line says so), its
+    estimate and why; a named preset is kept ("none": the defaults). Nothing without a reference step."""
+    from dataclasses import asdict
+
+    from mgtutor.classroom.estimate import TARGET_SECONDS, choose_preset
+
+    rate = found.get("reference_images_per_s")
+    if not rate:
+        return {}
+    sizing = choose_preset(rate, lessons)
+    chosen = sizing.preset if preset is None else None if preset == NONE else preset
+    said = (f"Sized to this laptop: {sizing.line()}." if preset is None
+            else f"PRESET={preset} as asked; sized to this laptop it would be {sizing.line()}.")  # fmt: skip
+    if chosen == SLOW_LAPTOP and isinstance(planned.get(SLOW_LAPTOP), str):
+        chosen = None
+        said += f" Not applied, the classroom defaults run: {planned[SLOW_LAPTOP]}"
+    print(said, flush=True)
+    estimate = {None: sizing.defaults_seconds, SLOW_LAPTOP: sizing.preset_seconds}.get(chosen)
+    record = {"sizing": {**asdict(sizing), "target_seconds": TARGET_SECONDS, "said": said},
+              **({"preset": chosen} if chosen else {})}  # fmt: skip
+    return record if estimate is None else {**record, "estimate_seconds": round(estimate, 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -301,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=(), help="notebook prefixes, e.g. 00 01")
     parser.add_argument("--no-preflight", action="store_true", help="skip the make check list at the top")
     parser.add_argument("--capstone-long", action="store_true", help="lesson 16's recipe for 90 %%")
-    parser.add_argument("--preset", metavar="NAME", help="per-lesson overrides below -p's, e.g. low-memory")
+    parser.add_argument("--preset", metavar="NAME", help="per-lesson overrides below -p's, e.g. low-memory; "
+                        "none: the classroom defaults (else the reference step may pick slow-laptop)")
     parser.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
         help="override a notebook parameter, e.g. -p EPOCHS 5",

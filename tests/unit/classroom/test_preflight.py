@@ -104,7 +104,7 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     arithmetic = checks[preflight.ARITHMETIC]
     assert arithmetic["ok"] and arithmetic["detail"].startswith("lesson 16 would train in ")
     run_time = checks[preflight.RUN_TIME]  # ok, or a warning on a laptop too slow for the slot
-    assert run_time["value"] > 60 and "make run at classroom defaults: about " in run_time["detail"]
+    assert run_time["value"] > 60 and run_time["detail"].startswith("make run will use the ")
     assert smoke["value"] > 0 and f"{smoke['value']:,.0f} images/s" in run_time["detail"]
 
 
@@ -147,16 +147,24 @@ def test_a_cpu_without_avx_fails_naming_the_minimum(monkeypatch):
     assert "Illegal instruction" in line.detail and line.fix
 
 
-def test_the_run_time_estimate_scales_with_the_reference_step_and_warns_past_the_slot():
-    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS
+def test_the_run_time_line_names_the_preset_make_run_will_use_and_both_estimates():
+    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS, TARGET_SECONDS, series_seconds
 
+    defaults, preset = sum(series_seconds().values()), sum(series_seconds("slow-laptop").values())
+    fast = REFERENCE["images_per_s"] * defaults / (0.9 * TARGET_SECONDS)  # the defaults at 90 % of the target
+    same = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=fast))
+    assert same.ok and same.value == pytest.approx(0.9 * TARGET_SECONDS)
+    assert same.detail.startswith("make run will use the classroom defaults: about 12 min 36 s here, within")
+    assert f"{fast:,.0f} images/s" in same.detail and "with the slow-laptop preset: about " in same.detail
+    k = 0.99 * SLOT_SECONDS / preset  # past the target at defaults, the preset within the slot
     rate = REFERENCE["images_per_s"]
-    same = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate))
-    assert same.ok and same.value == pytest.approx(sum(REFERENCE["seconds"].values()))
-    slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / 2.63))
+    sized = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / k))
+    assert sized.ok and sized.value == pytest.approx(0.99 * SLOT_SECONDS)
+    assert sized.detail.startswith("make run will use the slow-laptop preset: about 14 min 51 s here, where")
+    assert f"{k:.2f}x the reference CPU's time" in sized.detail
+    slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / (1.1 * k)))
     assert not slow.ok and slow.warning and slow.value > SLOT_SECONDS
-    assert "over the 15-minute slot" in slow.detail
-    assert "1.00x" in same.detail and "2.63x" in slow.detail
+    assert "Even the preset is over the 15-minute slot" in slow.detail and "slowest laptop" in slow.fix
     missing = preflight.check_run_time(preflight.Check(preflight.SMOKE, False, "failed"))
     assert missing.warning and missing.value is None
 

@@ -8,9 +8,10 @@ import re
 import pytest
 
 from mgtutor.classroom import presets
+from mgtutor.classroom.estimate import PENDING
 from mgtutor.classroom.lessons import check_overrides, find_notebooks, notebook_parameters
 from mgtutor.classroom.limits import lesson_plan
-from mgtutor.classroom.runner import series_overrides
+from mgtutor.classroom.runner import SERIES_DEFAULTS, series_overrides
 from tests.conftest import ROOT
 
 NOTEBOOKS = {nb.stem: nb for nb in find_notebooks(ROOT / "notebooks")}
@@ -30,14 +31,25 @@ def test_each_override_is_a_parameter_of_its_lesson_that_it_takes(name, lesson):
     assert all(why.strip() and "\n" not in why for _, why in presets.PRESETS[name][lesson].values())
 
 
-def test_the_whole_series_takes_the_low_memory_preset_above_its_own_defaults():
+@pytest.mark.parametrize("name", sorted(presets.PRESETS))
+def test_the_whole_series_takes_each_preset_above_its_own_defaults(name):
     plan = check_overrides(series_overrides({}, DEFAULTS), DEFAULTS)
-    merged = presets.apply_preset(presets.LOW_MEMORY, plan, {}, DEFAULTS)
+    merged = presets.apply_preset(name, plan, {}, DEFAULTS)
     by_lesson = {nb.stem: params for nb, params in merged.items()}
-    wanted = presets.preset_overrides(presets.LOW_MEMORY)
+    wanted = presets.preset_overrides(name)
     for lesson, params in by_lesson.items():
         assert params == {**plan[NOTEBOOKS[lesson]], **wanted.get(lesson, {})}, lesson
-    assert by_lesson["16_capstone"]["MINUTES"] == 1.5  # the series' budget is kept
+        lesson_plan(lesson, {**DEFAULTS[NOTEBOOKS[lesson]], **params})  # the lesson's own check, at once
+    budget = wanted.get("16_capstone", {}).get("MINUTES", SERIES_DEFAULTS["MINUTES"])
+    assert by_lesson["16_capstone"]["MINUTES"] == budget  # the series' budget, unless the preset sets one
+
+
+def test_the_slow_laptop_preset_shrinks_or_says_why_a_lesson_keeps_its_size():
+    shrunk, kept = presets.PRESETS[presets.SLOW_LAPTOP], presets.KEPT[presets.SLOW_LAPTOP]
+    pending = {stem for stem in NOTEBOOKS if stem[:2] in PENDING}  # kept until a reference run measures it
+    assert not set(shrunk) & set(kept) and set(shrunk) | set(kept) | pending == set(NOTEBOOKS)
+    assert all(why.strip() and "\n" not in why for why in kept.values())
+    assert presets.preset_overrides(presets.NONE) == {}  # PRESET=none: the classroom defaults
 
 
 def test_the_command_line_beats_the_preset_and_a_refusal_names_the_preset():
@@ -72,3 +84,11 @@ def test_the_guide_states_the_ceiling_the_preset_aims_at():
     assert f"aims at a peak of at most {presets.LOW_MEMORY_PEAK_MB:,} MiB" in memory  # make run counts MiB
     for lesson in presets.PRESETS[presets.LOW_MEMORY]:
         assert re.search(rf"\b{lesson[:2]}\b", memory), lesson
+
+
+def test_the_guide_prints_the_slow_laptop_preset_as_presets_py_holds_it():
+    guide = (ROOT / "docs" / "teachers.md").read_text()
+    start, end = "<!-- slow-laptop preset -->\n", "\n<!-- slow-laptop preset end -->"
+    table = guide.split(start, 1)[1].split(end, 1)[0]
+    assert table == presets.reason_table(presets.SLOW_LAPTOP)
+    assert table.count("| its size |") == len(presets.KEPT[presets.SLOW_LAPTOP])
