@@ -15,7 +15,9 @@ PORT ?= 8888
 WHEELS ?=
 PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(call _shell_quote,$(WHEELS)))
 # make run PRESET=low-memory: per-lesson overrides (mgtutor/classroom/presets.py) below the command line's own;
-# `make check` offers it where the laptop has too little memory for the classroom defaults.
+# `make check` offers it where the laptop has too little memory for the classroom defaults. Without PRESET,
+# make run takes the slow-laptop preset where its reference step says the defaults would overrun the slot;
+# PRESET=none keeps the defaults.
 PRESET ?=
 # Where `make run` reads the notebooks and creates run folders, and the folder `make lab` opens.
 NOTEBOOKS ?= notebooks
