@@ -276,3 +276,24 @@ def tta_view(images, labels, which: int):
         padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
         images = padded[:, by : by + images.shape[1], by : by + images.shape[2]]
     return (tf.reverse(images, [2]) if which % 2 else images), labels
+
+
+def portable(model: keras.Model) -> keras.Model:
+    """A copy of `model` made of Keras's own layers, for a file that loads where mgtutor is not installed: the
+    frozen `Bias` folded into the whitening convolution's own bias (the same sums, the same predictions)."""
+    def without_bias(layer, *args, **kwargs):  # the copy's graph skips the `Bias` layer
+        return args[0] if isinstance(layer, Bias) else layer(*args, **kwargs)
+
+    def built_in(layer):
+        config = layer.get_config()
+        if isinstance(layer, keras.layers.Conv2D) and layer.name == "whitening":
+            config["use_bias"] = True
+        return layer.__class__.from_config(config)
+
+    copy = keras.models.clone_model(model, clone_function=built_in, call_function=without_bias)
+    for layer in (layer for layer in copy.layers if layer.weights):
+        weights = model.get_layer(layer.name).get_weights()
+        if layer.name == "whitening" and len(weights) == 1:  # its filters; the Bias layer's values: its bias
+            weights.append(model.get_layer("whitening_bias").get_weights()[0])
+        layer.set_weights(weights)
+    return copy
