@@ -421,34 +421,22 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
                       ("REMAT_BATCH", "images per step")):  # fmt: skip
         _whole(p, name, 1, why, problems)
     _whole(p, "REPEATS", 2, "the spread needs at least two timed steps", problems)
-    for name in ("LEARNING_RATE", "BUDGET_MIB"):
-        if not (is_real(p.get(name)) and p[name] > 0):
-            problems.append(f"{name} must be a number > 0, got {p.get(name)!r}.")
-    # None: the largest divisor of N_DEVICES up to 4, so that any device count the runner passes works
-    tp = p.get("TP_DEVICES") is not None and _whole(
-        p, "TP_DEVICES", 1, "devices on the 2-D mesh's model axis", problems
-    )
+    if not (is_real(p.get("LEARNING_RATE")) and p["LEARNING_RATE"] > 0):
+        problems.append(f"LEARNING_RATE must be a number > 0, got {p.get('LEARNING_RATE')!r}.")
     if not devices:
         return {}
     n = int(p["N_DEVICES"])
     if _IMAGE_VALUES % n:
         problems.append(f"N_DEVICES={n} must divide the {_IMAGE_VALUES:,} values of an image (the first "
                         "kernel's rows are split in N_DEVICES): use e.g. 2, 4, 6 or 8.")  # fmt: skip
-    if tp and n % p["TP_DEVICES"]:
-        problems.append(f"TP_DEVICES={p['TP_DEVICES']} must divide N_DEVICES={n}: the 2-D mesh is "
-                        "(N_DEVICES / TP_DEVICES) x TP_DEVICES.")  # fmt: skip
-    step = n  # TP_DEVICES divides N_DEVICES: a width that splits in N splits in TP_DEVICES
-    widths = p.get("WIDTHS")
-    if not (isinstance(widths, list | tuple) and widths and all(is_whole(w) and w >= 1 for w in widths)):
-        problems.append(f"WIDTHS must be a list of hidden widths, e.g. [512, 2048, 3072], got {widths!r}.")
-        widths = []
-    for name, width in [("WIDTH", p.get("WIDTH")), *((f"WIDTHS[{i}]", w) for i, w in enumerate(widths))]:
-        if not (is_whole(width) and width >= step and width % step == 0):
-            problems.append(f"{name}={width!r} must be a multiple of {step}: N_DEVICES and TP_DEVICES "
-                            "split its units.")  # fmt: skip
-    for name in ("GLOBAL_BATCH", "TABLE_BATCH"):
-        if _whole(p, name, n, f"images per step, split over N_DEVICES={n}", problems) and p[name] % n:
-            problems.append(f"{name}={p[name]} must split evenly over N_DEVICES={n}: use a multiple of it.")
+    width = p.get("WIDTH")
+    if not (is_whole(width) and width >= n and width % n == 0):
+        problems.append(f"WIDTH={width!r} must be a multiple of N_DEVICES={n}: the stages split its units "
+                        "over the devices.")  # fmt: skip
+    batch = _whole(p, "GLOBAL_BATCH", n, f"images per step, split over N_DEVICES={n}", problems)
+    if batch and p["GLOBAL_BATCH"] % n:
+        problems.append(f"GLOBAL_BATCH={p['GLOBAL_BATCH']} must split evenly over N_DEVICES={n}: "
+                        "use a multiple of it.")  # fmt: skip
     return {}
 
 

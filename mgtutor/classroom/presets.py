@@ -38,10 +38,7 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
         },
         "13_sharding": {
             "N_DEVICES": (4, "each stage still splits its arrays N ways; half the copies of the whole model"),
-            "TP_DEVICES": (2, "a 2 x 2 mesh: tensor parallelism beside a batch axis, as on 8 devices"),
-            "WIDTH": (512, "the rates are per parameter and per activation byte: any width measures them"),
-            "WIDTHS": ([512, 1024, 2048], "the table still runs from all fit to all too big"),
-            "BUDGET_MIB": (80, "between the widths' sizes on 4 devices: the middle width splits verdicts"),
+            "WIDTH": (512, "a narrower model: every part is still counted to the byte, every stage compared"),
         },
         "14_pinned_workers": {
             "BATCH_SIZE_PER_REPLICA": (64, "weak scaling still doubles the global batch with the workers"),

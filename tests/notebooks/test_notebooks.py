@@ -83,10 +83,8 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "11_where_time_goes_solutions": {"N_DEVICES": 4, "TRAIN_SAMPLES": 512},
     # As lesson 02's tiny run (global batch 2 x 16 = 32), so that both backends measurably learn.
     "12_keras_on_jax": {"TRAIN_SAMPLES": 512, "TEST_SAMPLES": 256, "EPOCHS": 2},
-    # 4 devices (2 x 2 on the 2-D mesh): 3 parity steps of 64 images; a 256-wide MLP (the decision table
-    # checked at 128 and 512, its budget between their sizes); remat on 4 layers of 128, timed twice.
-    "13_sharding": {"N_DEVICES": 4, "TP_DEVICES": 2, "GLOBAL_BATCH": 64, "WIDTH": 256, "WIDTHS": [128, 512],
-                    "TABLE_BATCH": 1024, "BUDGET_MIB": 24, "REMAT_DEPTH": 4, "REMAT_WIDTH": 128,
+    # 4 devices: 3 parity steps of 64 images on a 256-wide MLP; remat on 4 layers of 128, timed twice.
+    "13_sharding": {"N_DEVICES": 4, "GLOBAL_BATCH": 64, "WIDTH": 256, "REMAT_DEPTH": 4, "REMAT_WIDTH": 128,
                     "REMAT_BATCH": 256, "REPEATS": 2},
     # 4 epochs of 16 steps of 64 on 2 devices (offline: a budget of 6 s, see OFFLINE_ONLY), 256 test images;
     # XLA at its default: off on 2 devices (XLA=True is refused there; its one-device step is unit-tested),
@@ -113,9 +111,9 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     "12_keras_on_jax_solutions": {"N_DEVICES": 4},
     # 256 images: 8 steps of 2 x 16 (workers and devices), the 256-image share that runs out of memory.
     "15_when_it_breaks_solutions": {"JAX_IMAGES": 256, "REPEATS": 2, "TIMING_STEPS": 3},
-    # Exercise 1 asks for 4 devices; exercise 2 compiles a 4-layer MLP, exercise 3 a 256-wide one.
-    "13_sharding_solutions": {"N_DEVICES": 4, "WIDTH": 256, "GLOBAL_BATCH": 64, "REMAT_DEPTH": 4,
-                              "REMAT_WIDTH": 128, "REMAT_BATCH": 256},
+    # Exercise 1 asks for 4 devices and counts a 256-wide MLP; exercise 2 compiles a 4-layer one.
+    "13_sharding_solutions": {"N_DEVICES": 4, "WIDTH": 256, "REMAT_DEPTH": 4, "REMAT_WIDTH": 128,
+                              "REMAT_BATCH": 256},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 # A new user's quick run, the same for every lesson (`make run EPOCHS=1 TRAIN_SAMPLES=512`; the lesson's
@@ -988,39 +986,24 @@ def _(records: dict, p: dict) -> None:
     assert set(stages["ZeRO-2"]["collectives"]) >= {"reduce-scatter", "all-gather"}
     assert set(stages["FSDP"]["collectives"]) >= {"reduce-scatter", "all-gather"}
     assert stages["ZeRO-1"]["sent"] > 1.4 * ring and "all-gather" in stages["ZeRO-1"]["collectives"]
-    megatron = records["megatron"]
-    assert megatron["difference"] <= 1e-6 * max(1.0, megatron["largest"]) * 10  # float32 rounding of sums
-    assert megatron["sent"] == {"all-reduce": megatron["ring"]}
-    tp = records["tensor_parallel"]
-    tp_size = p["TP_DEVICES"]
-    split = 3072 * width + width + width * width  # hidden_1's kernel and bias, hidden_2's kernel
-    assert tp["weights"] == 4 * (split // tp_size + parameters - split) and tp["as_keras"] is True
-    assert tp["vs_dp"] <= 1e-5 and tp["optimizer"] == 2 * tp["weights"] + 8
+    # ZeRO-3 as the compiler wrote it all-reduces the whole gradient and returns a slice: the sum is a second
+    # whole gradient among its temporaries (measured 2.00 at the defaults; ZeRO-2 and FSDP about 1).
+    temporaries = records["temporaries"]
+    assert sorted(temporaries) == sorted(stages)
+    assert temporaries["ZeRO-3"]["all_reduced"] == pytest.approx(1.0, rel=1e-3)
+    assert temporaries["ZeRO-3"]["gradients"] > 1.8 > 1.2 > temporaries["FSDP"]["gradients"]
+    assert temporaries["ZeRO-3"]["gradients"] > temporaries["ZeRO-2"]["gradients"]
+    assert all(v >= 0 for v in records["zero3_activation_traffic"].values())
     remat = records["remat_ratio"]
     assert remat["memory"] < 0.8  # recomputation keeps GELU's insides out (measured 0.51 at the defaults)
     assert remat["time"] > 0 and isinstance(remat["apart"], bool)
-    rates = records["rates"]
-    assert set(rates) == {"DP", "ZeRO-1", "ZeRO-2", "FSDP", "TP", "DP + remat"}
-    assert rates["DP"]["bytes_per_parameter"] >= 16 > rates["ZeRO-1"]["bytes_per_parameter"]
-    assert rates["FSDP"]["bytes_per_parameter"] < rates["ZeRO-2"]["bytes_per_parameter"] < 16
-    assert rates["DP"]["example_share"] == pytest.approx(1 / n, rel=1e-3)
-    assert rates["DP + remat"]["example_share"] < rates["DP"]["example_share"]
-    table = records["decision_table"]
-    assert sorted(table, key=int) == [str(w) for w in sorted(p["WIDTHS"])]
-    for width_, checked in table.items():
-        for row in checked["rows"]:
-            # The compiled peak lies in the model's range (arrays + floor, up to the activations beside them),
-            # and a verdict, where the model gives one, is the compiled step's; "cannot say" gives none.
-            assert row["low_bytes"] * (1 - 1e-4) <= row["measured_bytes"] <= row["high_bytes"], (width_, row)
-            assert row["fits"] in (None, row["measured_bytes"] <= p["BUDGET_MIB"] * 2**20), (width_, row)
-            assert row["bytes_moved_per_step"] == pytest.approx(row["measured_sent"], rel=0.02), (width_, row)
-    fits = [row["fits"] for checked in table.values() for row in checked["rows"]]
-    assert True in fits and False in fits, "the budget sits between the sizes"
-    counts = {"verdicts": len(fits), "disagree": 0, "cannot_say": fits.count(None), "outside_range": 0}
-    assert records["decision_checked"] == counts
-    # Recomputation lowers data parallelism's peak where the activations set it (the large batches).
-    big = records["remat_big_batches"]
-    assert all(remat < dp for dp, remat in zip(big["dp"], big["remat"], strict=True))
+    # On N devices: the peak at GLOBAL_BATCH is the floor's (one whole gradient), which recomputation leaves;
+    # at the two large batches the activations set it, and recomputation lowers it.
+    remat_dp = records["remat_dp"]
+    small, *large = sorted(remat_dp, key=int)
+    assert int(small) == p["GLOBAL_BATCH"] // n and len(large) == 2
+    assert remat_dp[small]["peak"][1] <= remat_dp[small]["peak"][0]
+    assert all(remat_dp[e]["peak"][1] < 0.9 * remat_dp[e]["peak"][0] for e in large)
     tf = records["tensorflow"]
     assert tf["ModelParallel + fit"].startswith("ran:") and "one whole" in tf["ModelParallel + fit"]
     assert tf["distribute_tensor"].startswith("AttributeError")
@@ -1307,8 +1290,6 @@ def _(records: dict, p: dict) -> None:
     assert counts["by_hand"] == counts["formula"] == counts["measured"]
     ratios = records["remat_by_activation"]
     assert ratios["gelu"] < 0.8 and ratios["relu"] > ratios["gelu"]  # GELU keeps more inside its layers
-    fits = records["billion"]
-    assert fits["DP"] is False and fits["ZeRO-3"] is True  # 16 bytes per parameter on paper: 160 GB
 
 
 @checks("17_to_a_cluster")

@@ -60,10 +60,11 @@ def test_the_command_line_beats_the_preset_and_a_refusal_names_the_preset():
     merged = presets.apply_preset(presets.LOW_MEMORY, planned, command_line, lesson)
     preset = presets.preset_overrides(presets.LOW_MEMORY)["13_sharding"]
     assert merged[notebook] == {**preset, **command_line}
-    # 8 on the model axis suits the lesson's 8 devices, not the preset's 4: the refusal says who set 4
-    alone = {"TP_DEVICES": 8}
-    with pytest.raises(ValueError, match=r"TP_DEVICES=8 must divide N_DEVICES=4[\s\S]*with the low-memory "
-                                         r"preset's \{'13_sharding': \{'N_DEVICES': 4"):  # fmt: skip
+    # the drill's 600 images fit lesson 15's 1,024, not the preset's 512: the refusal names the preset
+    notebook = NOTEBOOKS["15_when_it_breaks"]
+    lesson, alone = {notebook: DEFAULTS[notebook]}, {"OOM_BATCH": 600}
+    refusal = r"TRAIN_SAMPLES=512 is too few[\s\S]*with the low-memory preset's \{'15_when_it_breaks'"
+    with pytest.raises(ValueError, match=refusal):
         presets.apply_preset(presets.LOW_MEMORY, check_overrides(alone, lesson), alone, lesson)
 
 
