@@ -44,15 +44,15 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# One change each from the lesson's recipe (RECIPE).
+# One change each from the lesson's recipe (`recipe_of`: its HYP and the switches only this benchmark turns).
 ABLATIONS = {
     "whole recipe": {"views": True},
     "no whitening (a learnt first layer)": {"whitening": False},
     "no identity start": {"identity": False},
     "no label smoothing": {"label_smoothing": 0.0},
-    "no warm-up (starts at the peak)": {"warmup": False},
+    "no warm-up (starts at the peak)": {"warmup_fraction": 0.0, "rate_start": 1.0},
     "random flips, not alternating": {"alternate": False},
-    "no progressive resizing (every epoch at 32x32)": {"sides": []},
+    "no progressive resizing (every epoch at 32x32)": {"small_sizes": ()},
     "no lookahead": {"lookahead": False},
     "whitening bias frozen from the start": {"whitening_bias_epochs": 0},
 }
@@ -62,27 +62,19 @@ LEVERS = {
     "+ BatchNorm biases at 64x the rate": {"bias_boost": 64.0},
     "+ both": {"initial_scale": "airbench", "bias_boost": 64.0, "views": True},
     "+ airbench's widths 64/256/256": {"widths": (64, 256, 256), "views": True},
-    "global batch 1024": {"batch": 1024},
+    "global batch 1024": {"batch_size": 1024},
     "float32 (the other number format)": {"precision": "other"},
 }
-RECIPE = {  # the lesson's defaults
-    "widths": (64, 128, 128),
-    "batch": 512,
-    "peak": 0.375,
-    "weight_decay": 0.009,
-    "label_smoothing": 0.2,
-    "warmup": True,
-    "whitening": True,
-    "identity": True,
-    "alternate": True,
-    "lookahead": True,
-    "views": False,
-    "bias_boost": 1.0,
-    "whitening_bias_epochs": 3,
-    "initial_scale": "keras",
-}
-SMALL_SIZES = [16, 24, 24, 24]  # the lesson's
+SWITCHES = {"whitening": True, "identity": True, "alternate": True, "views": False, "bias_boost": 1.0,
+            "initial_scale": "keras"}  # fmt: skip
 PRECISIONS = ("float32", "mixed_bfloat16")
+
+
+def recipe_of(options: dict) -> dict:
+    """The lesson's recipe (`HYP`, from lesson 16) and this benchmark's switches; `options` over them."""
+    from mgtutor.training.capstone import HYP
+
+    return {**HYP, **SWITCHES, **options}
 
 
 def _setup(devices: int):
@@ -129,7 +121,7 @@ def _airbench_levers(model, recipe: dict):
     return LeverSGD
 
 
-def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int], precision: str) -> dict:
+def train_variant(data, options: dict, epochs: int, seed: int, full_size_epochs: int, precision: str) -> dict:
     """One training run of the recipe with `options` changed; test accuracy plain and with test views."""
     import keras
     import numpy as np
@@ -137,13 +129,12 @@ def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int],
     from mgtutor.data_parallel import mirrored_strategy
     from mgtutor.training.capstone import (
         TTA_WEIGHTS,
-        Lookahead,
-        OneCycle,
-        WhiteningBias,
         build_capstone_cnn,
         channel_statistics,
+        epoch_sides,
         evaluation_stream,
         standardize,
+        train_recipe,
         training_stream,
         tta_view,
         whitening_filters,
@@ -152,33 +143,24 @@ def train_variant(data, options: dict, epochs: int, seed: int, sides: list[int],
     # Before the stream: its shuffle's order follows the global seed too, which the first run in a process
     # would otherwise find unset and the later ones set (measured: the same seed gave 0.6109, then 0.6086).
     keras.utils.set_random_seed(seed)
-    recipe = {**RECIPE, "sides": sides, **options}
+    recipe = recipe_of({"epochs": epochs, "full_size_epochs": full_size_epochs, **options})
     if recipe.get("precision") == "other":
         recipe["precision"] = PRECISIONS[1 - PRECISIONS.index(precision)]
     keras.mixed_precision.set_global_policy(recipe.get("precision", precision))
-    batch, stats = recipe["batch"], channel_statistics(data.x_train)
+    batch, stats = recipe["batch_size"], channel_statistics(data.x_train)
+    sides = epoch_sides(epochs, recipe["full_size_epochs"], recipe["small_sizes"], data.input_shape[0])
     y_train, y_test = (keras.utils.to_categorical(y, data.num_classes) for y in (data.y_train, data.y_test))
-    train = training_stream(data.x_train, y_train, batch, stats, seed=seed, sides=recipe["sides"],
+    train = training_stream(data.x_train, y_train, batch, stats, seed=seed, sides=sides,
                             alternate=recipe["alternate"])  # fmt: skip
     test = evaluation_stream(data.x_test, y_test, 1000, stats)
-    whitening = whitening_filters(standardize(data.x_train[:2000], stats).numpy())
-    steps = -(-len(data.x_train) // batch)
-    total, warm = epochs * steps, recipe["warmup"]
-    schedule = OneCycle(recipe["peak"] * batch / 256, total, int(0.23 * total) if warm else 0,
-                        start=0.2 if warm else 1.0)  # fmt: skip
+    whitening = whitening_filters(standardize(data.x_train[: recipe["whitening_images"]], stats).numpy())
     with mirrored_strategy().scope():
         model = build_capstone_cnn(num_classes=data.num_classes, seed=seed, identity=recipe["identity"],
                                    whitening=whitening if recipe["whitening"] else None,
                                    widths=tuple(recipe["widths"]))  # fmt: skip
-        # Its callback before compile: it marks the bias trainable for the optimizer to see (lesson 16).
-        callbacks = [WhiteningBias(model, recipe["whitening_bias_epochs"])] if recipe["whitening"] else []
-        optimizer = _airbench_levers(model, recipe)(schedule, momentum=0.85, nesterov=True,
-                                                            weight_decay=recipe["weight_decay"])  # fmt: skip
-        model.compile(optimizer=optimizer, jit_compile=False, loss=keras.losses.CategoricalCrossentropy(
-            from_logits=True, label_smoothing=recipe["label_smoothing"]))  # fmt: skip
+    optimizer = _airbench_levers(model, recipe)
     start = time.perf_counter()
-    callbacks += [Lookahead(total)] if recipe["lookahead"] else []
-    model.fit(train, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
+    train_recipe(model, train, recipe, -(-len(data.x_train) // batch), optimizer=optimizer)
     minutes = (time.perf_counter() - start) / 60
     views = len(TTA_WEIGHTS) if recipe["views"] else 1
     logits = [weight * model.predict(test.map(functools.partial(tta_view, which=which)), verbose=0)
@@ -205,10 +187,11 @@ def accuracy_study(args, variants: dict[str, dict]) -> None:
     _header(args.study)
     data = mgtutor.load_dataset("cifar10", seed=0, full=True).subset(args.train, None, seed=0)
     print(data.summary())
-    from mgtutor.training.capstone import epoch_sides
+    from mgtutor.training.capstone import HYP, epoch_sides
 
-    sides = epoch_sides(args.epochs, args.full_size_epochs, SMALL_SIZES, data.input_shape[0])
-    print(f"{args.epochs} epochs of {len(data.y_train):,} images (sides {sides}), batch 512 unless said, "
+    sides = epoch_sides(args.epochs, args.full_size_epochs, HYP["small_sizes"], data.input_shape[0])
+    print(f"{args.epochs} epochs of {len(data.y_train):,} images (sides {sides} unless said), batch "
+          f"{HYP['batch_size']} unless said, "
           f"{args.precision}, XLA off; {args.repeats} repeats (seeds 0..{args.repeats - 1}), variants in "
           "turn", flush=True)  # fmt: skip
     key = {"study": args.study, "train": len(data.y_train), "epochs": args.epochs, "sides": sides,
@@ -219,7 +202,8 @@ def accuracy_study(args, variants: dict[str, dict]) -> None:
         for name, options in variants.items():
             result = runs.get((name, seed))
             if result is None:
-                result = train_variant(data, options, args.epochs, seed, sides, args.precision)
+                result = train_variant(data, options, args.epochs, seed, args.full_size_epochs,
+                                       args.precision)  # fmt: skip
                 runs[name, seed] = result = {**key, "variant": name, "seed": seed, **result}
                 if out is not None:
                     with out.open("a") as handle:

@@ -16,6 +16,25 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+HYP = {  # the recipe in one place, as airbench keeps its `hyp`: the parameters above default to these values
+    "batch_size": 512,  # global
+    "peak_learning_rate": 0.375,  # for a global batch of reference_batch; the linear rule scales it
+    "reference_batch": 256,
+    "warmup_fraction": 0.23,  # of the steps: from rate_start x the peak up to it, then down to rate_end x it
+    "rate_start": 0.2,
+    "rate_end": 0.07,
+    "momentum": 0.85,  # Nesterov's
+    "weight_decay": 0.009,  # decoupled
+    "label_smoothing": 0.2,
+    "epochs": 9,
+    "full_size_epochs": 5,
+    "small_sizes": (16, 24, 24, 24),
+    "widths": (64, 128, 128),
+    "whitening_images": 2000,  # the patches the first layer's filters are computed from
+    "whitening_bias_epochs": 3,
+    "lookahead": True,
+}
+
 
 def channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each channel's mean and standard deviation over `images` (n, height, width, channels), float32."""
@@ -200,6 +219,17 @@ def step_rate(build, images, labels, precision: str, xla: bool, steps: int = 3,
     return timed[precision, xla][:2]
 
 
+def compile_for_training(model: keras.Model, xla: bool, hyp: dict, rate=0.01, optimizer=keras.optimizers.SGD):
+    """As the recipe `hyp` trains, in the model's strategy's scope: SGD with Nesterov momentum and decoupled
+    weight decay, cross-entropy with label smoothing, accuracy; `rate` a number or section 5's schedule."""
+    with model.distribute_strategy.scope():
+        model.compile(optimizer=optimizer(rate, momentum=hyp["momentum"], nesterov=True,
+                                          weight_decay=hyp["weight_decay"]),
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                                label_smoothing=hyp["label_smoothing"]),
+                      metrics=["accuracy"], jit_compile=xla)
+
+
 @keras.saving.register_keras_serializable(package="capstone")
 class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
     """Linear from start*peak up to `peak` over `warmup` steps, then linear down to end*peak at `total`."""
@@ -216,6 +246,13 @@ class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"peak": self.peak, "total": self.total, "warmup": self.warmup, "start": self.start,
                 "end": self.end}
+
+
+def one_cycle(hyp: dict, total_steps: int) -> OneCycle:
+    """The recipe's schedule over `total_steps`: the linear rule's peak for hyp's batch, and its warm-up."""
+    peak = hyp["peak_learning_rate"] * hyp["batch_size"] / hyp["reference_batch"]  # the linear rule
+    warmup = int(hyp["warmup_fraction"] * total_steps)
+    return OneCycle(peak, total_steps, warmup, hyp["rate_start"], hyp["rate_end"])
 
 
 class Lookahead(keras.callbacks.Callback):
@@ -263,6 +300,22 @@ class TimeToAccuracy(keras.callbacks.Callback):
         self.last_test = time.perf_counter()  # when this epoch's test ended
         self.path.with_suffix(".tmp").write_text(json.dumps(self.curve))
         self.path.with_suffix(".tmp").replace(self.path)  # atomically: a kill never leaves half a file
+
+
+def train_recipe(model: keras.Model, train_data, hyp: dict, steps_per_epoch: int, *, xla: bool = False,
+                 first=(), then=(), optimizer=keras.optimizers.SGD, **fit_options) -> list:
+    """Trains `model` by the recipe `hyp` for hyp["epochs"] epochs of `steps_per_epoch` batches of the endless
+    `train_data`: its whitening bias learning for its epochs, `one_cycle`'s schedule, lookahead if hyp says.
+    Callbacks `first` run before the recipe's (a BackupAndRestore: they start from what it restores), `then`
+    after them. Returns the recipe's callbacks: `WhiteningBias` (if the model has the layer), `Lookahead`."""
+    total = hyp["epochs"] * steps_per_epoch
+    layers = {layer.name for layer in model.layers}  # a learnt first layer (an ablation) has no Bias
+    recipe = [WhiteningBias(model, hyp["whitening_bias_epochs"])] if "whitening_bias" in layers else []
+    compile_for_training(model, xla, hyp, one_cycle(hyp, total), optimizer)  # after WhiteningBias: it sees it
+    recipe += [Lookahead(total)] if hyp["lookahead"] else []
+    model.fit(train_data, epochs=hyp["epochs"], steps_per_epoch=steps_per_epoch, shuffle=False, verbose=0,
+              callbacks=[*first, *recipe, *then], **fit_options)
+    return recipe
 
 
 TTA_WEIGHTS = (2, 2, 1, 1, 1, 1)  # airbench's: the unshifted pair counts twice

@@ -10,18 +10,21 @@ import numpy as np
 import pytest
 
 from mgtutor.training.capstone import (
+    HYP,
     TTA_WEIGHTS,
     Lookahead,
     OneCycle,
     TimeToAccuracy,
     WhiteningBias,
     build_capstone_cnn,
+    compile_for_training,
     epoch_sides,
     evaluation_stream,
     flip_and_crop,
     race_arithmetic,
     start_as_identity,
     step_rate,
+    train_recipe,
     training_stream,
     tta_view,
     whitening_filters,
@@ -263,7 +266,6 @@ def test_the_test_views_mirror_and_shift_by_one_pixel():
 
 @pytest.mark.slow  # XLA compiles the whole step: about half a minute
 def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
-    import keras
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 32, 32, 3)).astype(np.float32)
@@ -272,10 +274,7 @@ def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
     weights = {}
     for xla in (False, True):
         model = build_capstone_cnn(whitening=whitening_filters(images), seed=0)
-        loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2)
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1, momentum=0.85, nesterov=True), loss=loss, jit_compile=xla
-        )
+        compile_for_training(model, xla, HYP, rate=0.1)  # as the lesson trains it
         model.train_on_batch(x, y)
         weights[xla] = model.get_weights()
     start = build_capstone_cnn(whitening=whitening_filters(images), seed=0).get_weights()
@@ -369,16 +368,13 @@ def test_race_arithmetic_times_a_choice_far_behind_in_its_warm_up_no_more():
 
 
 def test_race_arithmetic_compiles_each_model_as_training_will():
-    import keras
 
     x, y = _toy_batch(9)
     steps, compiled = [], []
 
-    def compile_for_training(model, xla):  # as the lesson's: Nesterov momentum, weight decay, a metric
+    def compile_model(model, xla):  # the lesson's, noting the compiler it was given
         compiled.append(xla)
-        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.85, nesterov=True, weight_decay=0.009),
-                      loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2),
-                      metrics=["accuracy"], jit_compile=xla)  # fmt: skip
+        compile_for_training(model, xla, HYP)
 
     models = []
 
@@ -387,10 +383,12 @@ def test_race_arithmetic_compiles_each_model_as_training_will():
         return models[-1]
 
     choices = [("float32", False), ("float32", True)]
-    timed = race_arithmetic(build, x, y, choices, 2, keep_above=0.0, compile_model=compile_for_training)
+    timed = race_arithmetic(build, x, y, choices, 2, keep_above=0.0, compile_model=compile_model)
     assert compiled == [False, True] and list(timed) == choices  # once each, with its choice's compiler
     for model, (_, xla) in zip(models, choices, strict=True):
-        assert model.optimizer.momentum == 0.85 and model.optimizer.nesterov and model.jit_compile == xla
+        optimizer = model.optimizer
+        assert optimizer.momentum == HYP["momentum"] and optimizer.nesterov and model.jit_compile == xla
+        assert model.optimizer.weight_decay == HYP["weight_decay"] and model.loss.label_smoothing == 0.2
         assert int(model.optimizer.iterations) == 4  # its first step, the warm-up and 2 rounds, all with it
     assert all(rate > 0 for rate, _, _ in timed.values())
 
@@ -464,3 +462,43 @@ def test_the_whitening_bias_learns_for_its_epochs_then_freezes_and_a_resumed_run
     # too (a mismatch would refuse to load), and the bias is frozen from the first step.
     [(kernel, bias)] = run(4, [keras.callbacks.BackupAndRestore(backup)])
     assert np.array_equal(kernel, filters) and np.array_equal(bias, biases[1])
+
+
+def test_lesson_16s_parameters_default_to_the_recipe_in_hyp():
+    from pathlib import Path
+
+    from mgtutor.classroom.lessons import notebook_parameters
+
+    defaults = notebook_parameters(Path(__file__).resolve().parents[3] / "notebooks" / "16_capstone.ipynb")
+    tied = {key: defaults[key.upper()] for key in HYP if key.upper() in defaults}
+    assert len(tied) == 11  # every parameter of the recipe; the lesson's others (devices, data, time) are not
+    assert tied == {key: list(HYP[key]) if isinstance(HYP[key], tuple) else HYP[key] for key in tied}
+
+
+def test_train_recipe_trains_by_hyp_its_bias_for_its_epochs_lookahead_to_the_last_step():
+    import keras
+    import tensorflow as tf
+
+    images = _correlated_images(64)
+    labels = keras.utils.to_categorical(np.arange(64) % 10, 10)
+    stream = tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(16)
+    hyp = {**HYP, "batch_size": 16, "epochs": 3, "whitening_bias_epochs": 1, "widths": (8, 8, 8)}
+    model = build_capstone_cnn((32, 32, 3), whitening=whitening_filters(images), widths=hyp["widths"], seed=0)
+    seen = []
+    after = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(
+        model.get_layer("whitening_bias").bias.numpy()))  # fmt: skip
+    recipe = train_recipe(model, stream, hyp, 4, then=[after])
+    assert [type(callback) for callback in recipe] == [WhiteningBias, Lookahead]
+    optimizer = model.optimizer
+    assert int(optimizer.iterations) == 12 and recipe[1].pulls == 3  # steps 5, 10 and the last, 12
+    schedule = keras.saving.deserialize_keras_object(optimizer.get_config()["learning_rate"])
+    assert isinstance(schedule, OneCycle) and schedule.peak == pytest.approx(0.375 * 16 / 256)  # linear rule
+    assert (schedule.total, schedule.warmup, schedule.start, schedule.end) == (12, int(0.23 * 12), 0.2, 0.07)
+    assert float(optimizer.learning_rate) == pytest.approx(0.07 * schedule.peak)  # where it ended
+    assert optimizer.momentum == 0.85 and optimizer.nesterov and optimizer.weight_decay == 0.009
+    assert model.loss.label_smoothing == 0.2
+    # learnt in epoch 1, frozen after it: lookahead's pull at step 5 sets it to its average, and then nothing
+    # moves it (its average and it stay equal)
+    assert np.abs(seen[0]).max() > 0 and np.array_equal(seen[2], seen[1])
+    learnt = build_capstone_cnn((32, 32, 3), widths=hyp["widths"], seed=0)  # no whitening: no Bias layer
+    assert [type(c) for c in train_recipe(learnt, stream, {**hyp, "epochs": 1, "lookahead": False}, 2)] == []
