@@ -90,6 +90,9 @@ _EXPORTS = {
     "stage_shardings": "sharding",
     "stage_layout_map": "sharding",
     "decision_table": "sharding",
+    # pipeline parallelism: the schedules in slots, and stages run in pinned workers
+    "pipeline_schedule": "training.pipeline",
+    "Pipeline": "training.pipeline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -269,6 +269,9 @@ class Rates:
     moved_per_activation: float = 0.0  # ... and per activation byte of the global batch (tensor parallelism)
     temporaries_per_parameter: float = 0.0  # the floor of the step's temporaries, at any batch
     input_share: float | None = None  # the share of each example's input; None: example_share
+    # False where XLA may write the gradient straight into the step's outputs, so that even the floor is not
+    # sure to be there (lesson 18's stages): then the floor counts toward the high end of the range only.
+    floor_certain: bool = True
 
     def __post_init__(self) -> None:
         for name in ("bytes_per_parameter", "example_share", "moved_per_parameter", "moved_per_activation",
@@ -287,16 +290,17 @@ def _check_bytes(name: str, value: Any, low: float, strict: bool) -> float:
 VERDICTS = {True: "fits", False: "too big", None: "cannot say"}
 
 
-def _why(fits: bool | None, low: float, high: float, budget: float) -> str:
+def _why(fits: bool | None, low: float, high: float, budget: float, floor_certain: bool = True) -> str:
     mib = 2**20
     if fits:
         return f"even with no buffer shared, {high / mib:.1f} MiB <= the budget"
     if fits is False:
-        return f"the arrays and the floor alone, {low / mib:.1f} MiB, exceed the budget"
+        held = "the arrays and the floor" if floor_certain else "the arrays"
+        return f"{held} alone, {low / mib:.1f} MiB, exceed the budget"
+    what = "of activations add to the floor" if floor_certain else "of temporaries (floor, activations) add"
     return (
         f"the budget lies between {low / mib:.1f} and {high / mib:.1f} MiB: it fits only if at most "
-        f"{(budget - low) / mib:.1f} of the {(high - low) / mib:.1f} MiB of activations add to the floor, "
-        "which XLA's schedule decides"
+        f"{(budget - low) / mib:.1f} of the {(high - low) / mib:.1f} MiB {what}, which XLA's schedule decides"
     )
 
 
@@ -314,8 +318,9 @@ def decision_table(
     For a model of `parameters` whose examples keep `activation_bytes` each (and take `input_bytes`
     as input), a global `batch`, from each strategy's measured `rates` (a `Rates`, or a dict of its
     fields). `low_bytes` is the arrays plus the temporaries' floor, `high_bytes` adds the activations
-    (see `Rates`). `fits` is True where even the high fits, False where even the low does not, and
-    None ("cannot say") where the budget lies between them; `verdict` says it in words, `why` says why.
+    (see `Rates`; with ``floor_certain=False`` the floor moves from the low end to the high end). `fits`
+    is True where even the high fits, False where even the low does not, and None ("cannot say") where
+    the budget lies between them; `verdict` says it in words, `why` says why.
     """
     parameters = check_whole("parameters", parameters, 1)
     batch = check_whole("batch", batch, 1)
@@ -326,12 +331,14 @@ def decision_table(
     for name, rate in rates.items():
         rate = rate if isinstance(rate, Rates) else Rates(**rate)
         input_share = rate.example_share if rate.input_share is None else rate.input_share
-        low = (rate.bytes_per_parameter + rate.temporaries_per_parameter) * parameters
-        low += input_share * input_bytes * batch
-        high = low + rate.example_share * activation_bytes * batch
+        floor = rate.temporaries_per_parameter * parameters
+        low = rate.bytes_per_parameter * parameters + input_share * input_bytes * batch
+        low += floor if rate.floor_certain else 0.0
+        high = low + rate.example_share * activation_bytes * batch + (0.0 if rate.floor_certain else floor)
         fits = True if high <= budget_bytes else False if low > budget_bytes else None
         moved = rate.moved_per_parameter * parameters + rate.moved_per_activation * activation_bytes * batch
         rows.append({"strategy": name, "low_bytes": low, "high_bytes": high, "fits": fits,
-                     "verdict": VERDICTS[fits], "why": _why(fits, low, high, budget_bytes),
+                     "verdict": VERDICTS[fits],
+                     "why": _why(fits, low, high, budget_bytes, rate.floor_certain),
                      "bytes_moved_per_step": moved})  # fmt: skip
     return rows

@@ -97,3 +97,12 @@ def _no_empty_replica(p: Mapping[str, Any], batch: int, devices: str, problems: 
             problems.append(f"{name}={value} ({which}) in global batches of {batch} leaves a last batch of "
                             f"{last}, fewer than {devices}={n}: a replica gets no image, and TensorFlow's "
                             f"convolution fails on an empty batch. Use {name}={fits}.")  # fmt: skip
+
+
+def _wholes(p: Mapping[str, Any], name: str, example: str, problems: list[str]) -> bool:
+    """Whether p[name] is a list of whole numbers >= 1 that holds 1; else a problem naming it."""
+    values = p.get(name)
+    if isinstance(values, list | tuple) and 1 in values and all(is_whole(v) and v >= 1 for v in values):
+        return True
+    problems.append(f"{name} must be a list of whole numbers >= 1 holding 1, e.g. {example}, got {values!r}.")
+    return False

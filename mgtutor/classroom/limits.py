@@ -23,6 +23,7 @@ from mgtutor.classroom.limit_checks import (
     _no_empty_replica,
     _parity,
     _whole,
+    _wholes,
     _within,
 )
 from mgtutor.support.checks import is_real, is_whole
@@ -437,6 +438,31 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if batch and p["GLOBAL_BATCH"] % n:
         problems.append(f"GLOBAL_BATCH={p['GLOBAL_BATCH']} must split evenly over N_DEVICES={n}: "
                         "use a multiple of it.")  # fmt: skip
+    return {}
+
+
+@_lesson("18_pipeline_parallelism")
+def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
+    n = _whole(p, "N_DEVICES", 2, "section 1 splits a layer over the devices, so at least two", problems)
+    ok = all([_whole(p, name, 1, why, problems) for name, why in (("DEPTH", "hidden layers"),
+              ("MICROBATCH", "images"), ("REPEATS", "timed steps"), ("TABLE_MICROBATCHES", "microbatches"))])
+    cores, usable = p.get("CORES_PER_WORKER"), len(usable_cores())
+    if cores is not None and _whole(p, "CORES_PER_WORKER", 1, "cores a worker; None: not pinned", problems):
+        _at_least(usable, 2 * cores, f"CORES_PER_WORKER={cores}: 2 workers need {{needed}} cores, this "
+                  f"process may use {usable}; pass None (not pinned) or {usable // 2 or None}.", problems)
+    counts = _wholes(p, "MICROBATCH_COUNTS", "[1, 2]", problems)
+    degrees = _wholes(p, "DEGREES", "[1, 2]", problems)
+    if n and not (is_whole(p.get("WIDTH")) and p["WIDTH"] % p["N_DEVICES"] == 0):
+        problems.append(f"WIDTH={p.get('WIDTH')!r} must be a multiple of N_DEVICES={p['N_DEVICES']}: "
+                        "section 1 splits its units.")  # fmt: skip
+    split = p["TABLE_MICROBATCHES"] * p["N_DEVICES"] if n and ok and counts and degrees else None
+    if split and not (is_whole(p.get("TABLE_BATCH")) and p["TABLE_BATCH"] % split == 0):
+        problems.append(f"TABLE_BATCH={p.get('TABLE_BATCH')!r} must be a multiple of TABLE_MICROBATCHES x "
+                        f"N_DEVICES = {split}: section 5 cuts it into both.")  # fmt: skip
+    ws, most = p.get("WIDTHS"), max(p["DEGREES"]) if degrees else 1
+    if not (isinstance(ws, list | tuple) and ws and all(is_whole(w) and w % most == 0 for w in ws)):
+        problems.append(f"WIDTHS must be widths the largest of DEGREES ({most}) divides, got {ws!r}.")
+    _within(p, "BUDGET_MIB", 1, None, problems)
     return {}
 
 

@@ -285,8 +285,7 @@ class Pipeline:
 
         from mgtutor.training.pinning import plan
 
-        layers = [layer for layer in model.layers if layer.weights]
-        self.stages = cut(layers, p)
+        self.stages = Pipeline.cut(model, p)
         self.p = len(self.stages)
         cores = plan(self.p, cores_per_worker)
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no JAX state inherited
@@ -306,6 +305,11 @@ class Pipeline:
             ours.send((configs, int(here[0].input.shape[-1]), weights))
             self._controls.append(ours)
             self._processes.append(process)
+
+    @staticmethod
+    def cut(model: Any, p: int) -> list[list[Any]]:
+        """The stages `Pipeline(model, p)` would run: `model`'s layers with weights, cut by `cut`."""
+        return cut([layer for layer in model.layers if layer.weights], p)
 
     def step(self, kind: str, x: Any, y: Any, microbatches: int) -> PipelineStep:
         """One step on the batch (x, y) cut in `microbatches` under `kind`: the gradients of the mean loss."""

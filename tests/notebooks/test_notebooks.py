@@ -114,6 +114,12 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     # Exercise 1 asks for 4 devices and counts a 256-wide MLP; exercise 2 compiles a 4-layer one.
     "13_sharding_solutions": {"N_DEVICES": 4, "WIDTH": 256, "REMAT_DEPTH": 4, "REMAT_WIDTH": 128,
                               "REMAT_BATCH": 256},
+    # 18: a 256-wide block over 4 devices; 2 stages of 8-image microbatches, m 1, 2, 4 (m = 4 > p = 2 shows
+    # 1F1B's cap), timed twice; the 3D table on 4 devices for widths 128-512, 256 images in 8 microbatches.
+    "18_pipeline_parallelism": {"N_DEVICES": 4, "WIDTH": 256, "MICROBATCH": 8, "MICROBATCH_COUNTS": [1, 2, 4],
+                                "REPEATS": 2, "WIDTHS": [128, 256, 512], "TABLE_BATCH": 256, "BUDGET_MIB": 8},
+    "18_pipeline_parallelism_solutions": {"N_DEVICES": 4, "WIDTH": 512, "MICROBATCHES": 4, "REPEATS": 2,
+                                          "TABLE_WIDTH": 512, "TABLE_BATCH": 256, "BUDGET_MIB": 8},
 }
 CHECKS: dict[str, Callable[[dict, dict], None]] = {}
 # A new user's quick run, the same for every lesson (`make run EPOCHS=1 TRAIN_SAMPLES=512`; the lesson's
@@ -1290,6 +1296,49 @@ def _(records: dict, p: dict) -> None:
     assert counts["by_hand"] == counts["formula"] == counts["measured"]
     ratios = records["remat_by_activation"]
     assert ratios["gelu"] < 0.8 and ratios["relu"] > ratios["gelu"]  # GELU keeps more inside its layers
+
+
+@checks("18_pipeline_parallelism")
+def _(records: dict, p: dict) -> None:
+    block = records["tensor_parallel"]
+    assert block["difference"] <= 1e-5 * block["largest"] and block["sent"] == pytest.approx(block["ring"])
+    for kind in ("GPipe", "1F1B"):  # float32 rounding: the microbatches' sums in another order
+        assert records[f"gradients_{kind}"]["difference"] <= 1e-6 * records[f"gradients_{kind}"]["largest"]
+    # The bubble's direction only: idle fractions timed on cores shared with other work cannot be held to
+    # a tolerance around the formula (the formula leaves out the link and unequal stages); more microbatches
+    # must still leave the stages idle for less of the step.
+    bubble, counts = records["bubble"], p["MICROBATCH_COUNTS"]
+    for kind in ("GPipe", "1F1B"):
+        idle = {m: sum(bubble[f"{kind} {m}"]["idle"]) / 2 for m in counts}  # the 2 stages' mean
+        assert idle[max(counts)] < idle[1], idle
+        assert [bubble[f"{kind} {m}"]["formula"] for m in counts] == [1 / (m + 1) for m in counts]
+    assert {int(m): f for m, f in records["simulated_p4"].items()} == {m: 3 / (m + 3) for m in counts}
+    held = records["activations"]
+    for m in counts:
+        gpipe, one_f_one_b = held[f"GPipe {m}"], held[f"1F1B {m}"]
+        assert gpipe["measured"] == gpipe["formula"] and one_f_one_b["measured"] == one_f_one_b["formula"]
+        assert gpipe["microbatches"] == [m, m] and one_f_one_b["microbatches"] == [min(2, m), 1]
+        assert all(b <= g for b, g in zip(one_f_one_b["measured"], gpipe["measured"], strict=True))
+        if m > 2:  # more microbatches than stages: 1F1B holds fewer on every stage
+            assert all(b < g for b, g in zip(one_f_one_b["measured"], gpipe["measured"], strict=True))
+    table = records["decision_3d"]
+    assert table["disagree"] == 0 and all(row["agrees"] for row in table["rows"])
+    assert {row["width"] for row in table["rows"]} == set(p["WIDTHS"])
+    for row in table["rows"]:
+        if row["fits"] is not None:
+            assert row["fits"] == (row["measured"] <= p["BUDGET_MIB"] * 2**20)
+    for width, pick in table["picks"].items():
+        chosen = [row for row in table["rows"] if row["width"] == int(width) and row["strategy"] == pick]
+        assert pick is None or (chosen and chosen[0]["fits"] is True)
+
+
+@checks("18_pipeline_parallelism_solutions")
+def _(records: dict, p: dict) -> None:
+    sizes = records["microbatch_sizes"]  # a quarter of the images: each compute shorter, on both stages
+    small, large = sizes[str(min(p["MICROBATCH_SIZES"]))], sizes[str(max(p["MICROBATCH_SIZES"]))]
+    assert all(s < b for s, b in zip(small["compute_ms"], large["compute_ms"], strict=True))
+    assert records["interleaved"] == {"idle_slots": 2.0, "fraction": 2 / 18, "plain": 0.2}
+    assert records["degrees_of_4"] and all(row["agrees"] for row in records["degrees_of_4"].values())
 
 
 @checks("17_to_a_cluster")

@@ -136,7 +136,7 @@ TAKEN_DEVICE_COUNTS = {
     "06_augmented_training": [2, 3, 4], "07_save_and_restore": [2, 3, 4], "08_scaling_study": [2, 4],
     "09_parameter_averaging": [2, 3, 4], "10_multi_worker": [2, 3, 4], "11_where_time_goes": [2, 3, 4],
     "12_keras_on_jax": [2, 4], "13_sharding": [2, 4], "15_when_it_breaks": [2, 3, 4],
-    "16_capstone": [1, 2, 4],
+    "16_capstone": [1, 2, 4], "18_pipeline_parallelism": [2, 4],
 }  # fmt: skip
 
 

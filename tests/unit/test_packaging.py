@@ -57,14 +57,15 @@ def test_the_public_api_is_what_the_lessons_use_and_the_readme_lists_it():
     assert sorted(set(listed) & set(mgtutor.__all__)) == sorted(mgtutor.__all__)
 
 
-def test_the_public_api_holds_at_most_62_names_and_the_reason_is_here():
+def test_the_public_api_holds_at_most_64_names_and_the_reason_is_here():
     # Issue 15 capped the names at 50, issue 24 at 51; issue 54 found 62 and set the ceiling there.
     # Every notebook imports only from `mgtutor` (test_notebook_hygiene), so every name a lesson calls
     # is public: the count follows the lessons. Since the cap of 51, lesson 15 added doctor, lesson 13
     # its seven sharding counts and lesson 17 three names for its cluster; back to 50, lessons would
     # import from rooms, a second import path for learners to learn. A new public name replaces one,
-    # or raises this ceiling here with its reason.
-    assert len(mgtutor.__all__) <= 62, f"{len(mgtutor.__all__)} public names: make one internal first"
+    # or raises this ceiling here with its reason. Issue 57 raised it to 64: lesson 18's pipeline
+    # (`pipeline_schedule`, `Pipeline`), since Keras has no API for pipelining for a lesson to call instead.
+    assert len(mgtutor.__all__) <= 64, f"{len(mgtutor.__all__)} public names: make one internal first"
 
 
 def _map() -> str:

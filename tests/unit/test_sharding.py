@@ -120,6 +120,16 @@ def test_the_floor_and_the_activations_bound_the_peak_and_between_them_it_cannot
     assert "exceed the budget" in verdicts[20_009]["why"] and "no buffer shared" in verdicts[20_110]["why"]
 
 
+def test_an_uncertain_floor_moves_to_the_high_end_of_the_range():
+    # Lesson 18's stages: XLA may write the gradient straight into the step's outputs, so the floor of 4
+    # bytes a parameter is not sure to be there: low 16,010 (the arrays and the input), high 20,110.
+    rate = Rates(16.0, 0.125, 0.0, temporaries_per_parameter=4.0, input_share=0.125, floor_certain=False)
+    row = decision_table(1000, 100.0, 8, 18_000, {"1 x 2 x 4": rate}, input_bytes=10.0)[0]
+    assert (row["low_bytes"], row["high_bytes"], row["fits"]) == (16_010.0, 20_110.0, None)
+    assert "of temporaries (floor, activations) add" in row["why"]
+    assert decision_table(1000, 100.0, 8, 16_009, {"x": rate}, input_bytes=10.0)[0]["verdict"] == "too big"
+
+
 def test_rates_refuse_a_negative_or_missing_figure_by_name():
     with pytest.raises(ValueError, match="Rates.temporaries_per_parameter must be a number of bytes >= 0"):
         Rates(16.0, 0.125, 7.0, temporaries_per_parameter=-1.0)
