@@ -266,6 +266,11 @@ class PipelineStep:
     timelines: list[list[tuple[str, int, float, float]]]
     peak_bytes: list[int]
 
+    @property
+    def seconds(self) -> float:
+        """The step's length: from the first compute of any stage to the end of the last."""
+        return max(t[3] for tl in self.timelines for t in tl) - min(t[2] for tl in self.timelines for t in tl)
+
     def idle_fractions(self) -> list[float]:
         """Per stage, the share of the step (first compute of any stage to the last) it did not compute."""
         start = min(t[2] for timeline in self.timelines for t in timeline)

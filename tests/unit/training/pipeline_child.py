@@ -49,7 +49,8 @@ def main() -> None:
                         "shapes_equal": [a.shape == b.shape for a, b in pairs],
                         "loss": step.loss, "peak_bytes": step.peak_bytes,
                         "computes": [sorted((op, i) for op, i, _, _ in t) for t in step.timelines],
-                        "idle": step.idle_fractions()}  # fmt: skip
+                        "idle": step.idle_fractions(), "seconds": step.seconds,
+                        "longest_compute": max(e - b for t in step.timelines for *_, b, e in t)}  # fmt: skip
             try:
                 pipe.step("GPipe", x[:30], y[:30], 4)
             except ValueError as err:

@@ -97,6 +97,7 @@ def test_the_pipeline_step_gives_the_one_device_gradients(child, kind, p, m):
     assert all(step["shapes_equal"]) and len(step["difference"]) == 10
     assert max(step["difference"]) <= 1e-6 * child["largest_gradient"]
     assert step["loss"] == pytest.approx(child["loss"], rel=1e-6)
+    assert step["seconds"] >= step["longest_compute"] > 0 and all(0 <= f < 1 for f in step["idle"])
     # Every stage computed each microbatch's forward and backward once.
     assert step["computes"] == [sorted([op, i] for op in "FB" for i in range(m))] * p
 
