@@ -163,24 +163,6 @@ ALLOWED: list[Allowed] = [
         "the link model's formula on the cited figures; the cell prints them",
     ),
     Allowed(
-        "notebooks/13_*",
-        r"the ZeRO paper puts it at 1\.5× data parallelism's",
-        "citation",
-        "ZeRO (Rajbhandari et al., 2020) gives stage 3 1.5x data parallelism's communication",
-    ),
-    Allowed(
-        "notebooks/13_*",
-        r"keep 1 MiB of activations, a global batch of 64 on 8 devices with 80 GiB each",
-        "setting",
-        "the model and the budget exercise 3 asks about",
-    ),
-    Allowed(
-        "notebooks/solutions/13_*",
-        r"on 8 devices of 80 GiB|keep 1 MiB of activations, a global batch of 64 on 8 devices with 80 GiB",
-        "setting",
-        "the model and the budget exercise 3 asks about (its heading and its quoted question)",
-    ),
-    Allowed(
         "notebooks/16_*",
         r"94 % in 3\.8 s on one A100|94 % in 9\.9 epochs instead of 10\.8",
         "citation",
