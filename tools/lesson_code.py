@@ -38,7 +38,9 @@ MODULES = {
         "The link between devices, measured (lesson 14): an all-reduce's time fitted as latency alpha\n"
         "+ bytes / bandwidth beta, each point weighted by 1 / its time (a fit of the relative error), and\n"
         "lesson 11's ring all-reduce on that link, (N - 1) alpha + 2(N - 1)/N bytes / beta, which is alpha\n"
-        "+ bytes / beta for the 2 workers it was measured on. `benchmarks/bench_workers.py` uses both.",
+        "+ bytes / beta for the 2 workers it was measured on. `benchmarks/bench_workers.py` uses both.\n"
+        "Before them, how lesson 14 reads a ratio of two timed rates (`read_ratio`), which lesson 08's\n"
+        "scaling study and docs/results.md print through too: one reading wherever a direction is printed.",
     ),
     "notebooks/11_where_time_goes.ipynb": (
         "mgtutor/training/accumulation.py",

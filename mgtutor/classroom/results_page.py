@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mgtutor.speed.link import read_ratio
 from mgtutor.support.system import describe_cpu
 
 # The CPU kinds the series runs on, in the page's order (issue 54); any other kind gets a column after them.
@@ -196,10 +197,8 @@ def lesson_14(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def versus(rate: float, rates: Sequence[float], base: float, bases: Sequence[float]) -> str:
-    """'1.70 (1.61-1.78), faster': the median ratio, bounded by both ranges, as the lessons read it."""
-    low, high = rates[0] / bases[1], rates[1] / bases[0]
-    reading = "faster" if low > 1 else "slower" if high < 1 else "within the spread"
-    return f"{rate / base:.2f} ({low:.2f}-{high:.2f}), {reading}"
+    """'1.70 (1.61-1.78), faster': the median ratio, bounded by both ranges, as lesson 14 reads it."""
+    return read_ratio(rate / base, rates[0] / bases[1], rates[1] / bases[0])
 
 
 def rate(value: float, bounds: Sequence[float]) -> str:
@@ -231,7 +230,7 @@ def worker_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                         for name, minutes in r["minutes_to_target"].items())  # fmt: skip
     return [
         *rows,
-        (f"{most} workers / 1 process, same batch", f"{ratio:.2f} ({low:.2f}-{high:.2f})"),
+        (f"{most} workers / 1 process, same batch", read_ratio(ratio, low, high)),
         ("one core on the slice / on the whole batch", f"x{base['slice_efficiency']:.2f}"),
         ("all-reduce's share of the workers' step", f"{base['sync_share']:.0%}"),
         ("the process's threads / one core", f"x{base['threads_gain']:.2f}"),

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mgtutor.speed.link import read_ratio
 from mgtutor.speed.measure import PIPELINES, Run
 
 # A pipeline that trains this much slower than the synthetic batch at the same device
@@ -143,22 +144,10 @@ def _fmt_rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def difference(low: float, high: float) -> str:
-    """What a ratio bounded by [low, high] says: a difference only when 1 lies outside."""
-    if low > 1:
-        return "faster, beyond the spread"
-    if high < 1:
-        return "slower, beyond the spread"
-    return "within the spread: no difference measured"
-
-
 def _with_spread(point: Point) -> str:
     if point.run.repeats < 2 or point.devices == point.baseline_devices:  # no spread to read
         return f"{point.speedup:.2f}"
-    return (
-        f"{point.speedup:.2f} ({point.speedup_low:.2f}-{point.speedup_high:.2f} over the repeats: "
-        f"{difference(point.speedup_low, point.speedup_high)})"
-    )
+    return read_ratio(point.speedup, point.speedup_low, point.speedup_high)  # lesson 14's reading
 
 
 def _input_verdict(
@@ -216,16 +205,17 @@ def _best_speedup(points: Sequence[Point]) -> Point:
 def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequence[Point]) -> str:
     """What the hardware allows, then what was measured, in words that agree with the numbers."""
     top = _best_speedup(points)
-    measured = (f"measured: speed-up {_with_spread(top)} on {top.devices} devices ({top.pipeline}, "
-                f"global batch {top.run.global_batch})")
+    measured = (f"measured on {top.devices} devices ({top.pipeline}, global batch {top.run.global_batch}): "
+                f"speed-up {_with_spread(top)}")
     if kind in ("logical-cpu", "logical-gpu"):
         what = (
             f"{', '.join(map(str, counts))} logical CPU device(s) share {cores} core(s)"
             if kind == "logical-cpu"
             else "The logical GPUs are slices of one physical GPU"
         )
-        if top.speedup_low > 1.0 and _scaling_mode(points) != "strong":
-            verdict = "part of it may come from the larger global batch, not from the devices (see below)."
+        if _scaling_mode(points) != "strong":  # one verdict a measurement: the devices' is strong scaling's
+            verdict = ("the devices and a larger global batch together, so no verdict on the devices alone: "
+                       "a fixed global batch (strong scaling) gives theirs.")  # fmt: skip
         elif top.speedup_low > 1.0:
             verdict = ("with the same work per step, so the devices' op streams together kept the cores "
                        "busier than one device's did (the cores line below).")  # fmt: skip
@@ -247,8 +237,9 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequenc
     return f"Devices of kind {kind}; {measured}."
 
 
-def _context_lines(kind: str, points: Sequence[Point]) -> list[str]:
-    """What weak scaling and MirroredStrategy on CPUs add to the picture, where they apply."""
+def _context_lines(kind: str, points: Sequence[Point], reused: Sequence[Run]) -> list[str]:
+    """What weak scaling and MirroredStrategy on CPUs add to the picture, where they apply (once: not
+    again for runs taken from an earlier study, which said it)."""
     lines = []
     if _scaling_mode(points) == "weak":
         first, top = min(points, key=lambda p: p.devices), _best_speedup(points)
@@ -259,7 +250,8 @@ def _context_lines(kind: str, points: Sequence[Point]) -> list[str]:
             "the devices add nothing. Compare the strong-scaling study (fixed global batch) to see the "
             "devices alone."
         )
-    if kind == "logical-cpu" and any(p.devices > 1 and p.run.strategy == "mirrored" for p in points):
+    mirrored = [p for p in points if p.devices > 1 and p.run.strategy == "mirrored"]
+    if kind == "logical-cpu" and any(p.run not in reused for p in mirrored):
         lines.append(
             "Part of the cost is MirroredStrategy's own per-step work on CPUs (splitting each batch, "
             "summing gradients): benchmarks/bench_parallel.py measures it, and --strategy towers "
@@ -323,16 +315,28 @@ def _cores_line(runs: Sequence[Run], cores: int) -> list[str]:
     used = cores_used(runs)
     if not used:
         return []
-    return [
-        "Cores kept busy during the timed steps, of "
-        f"{cores}: " + ", ".join(f"{n} device(s) {u:.2f}" for n, u in used.items())
-        + ". Where more devices kept more cores busy, their op streams filled cores one device left idle; "
-        "on a machine busy with other work every figure is lower: rerun when it is quiet."
-    ]
+    how = ("Where more devices kept more cores busy, their op streams filled cores one device left idle; "
+           "on a machine busy with other work every figure is lower: rerun when it is quiet.")  # fmt: skip
+    counts = ", ".join(f"{n} device(s) {u:.2f}" for n, u in used.items())
+    line = f"Cores kept busy during the timed steps, of {cores}: {counts}."
+    return [line + (f" {how}" if len(used) > 1 else "")]  # one count: nothing to compare
 
 
-def read_scaling(runs: Sequence[Run]) -> Reading:
+def _reused_line(reused: Sequence[Run]) -> list[str]:
+    if not reused:
+        return []
+    counts = ", ".join(str(n) for n in sorted({run.devices for run in reused}))
+    batches = ", ".join(str(b) for b in sorted({run.global_batch for run in reused}))
+    return [f"{counts} device(s) at global batch {batches}: the earlier study's run (the same settings, not "
+            "measured again), read there: its devices' verdict, its input and its cores."]  # fmt: skip
+
+
+def read_scaling(runs: Sequence[Run], reused: Sequence[Run] = ()) -> Reading:
     """What the runs say, as a `Reading`: the one place a study's numbers are read.
+
+    `reused`: the runs taken from an earlier study (``scaling_study(reuse=)``), whose reading already
+    said what they alone say: one verdict a measurement, so this one points there instead of saying it
+    again.
 
     A pipeline is input-bound when its headroom is below 1 + `INPUT_BOUND_THRESHOLD` on separate
     devices, and below 1 / `INPUT_BOUND_THRESHOLD` on shared hardware, where its own work also takes
@@ -349,15 +353,18 @@ def read_scaling(runs: Sequence[Run]) -> Reading:
     shared = kind in ("logical-cpu", "logical-gpu")
     summary, summary_lines = _pipeline_summaries(points, pipelines)
     gaps, headrooms, input_bound, input_lines = _input_readings(points, pipelines, shared)
-    lines = [_hardware_line(kind, counts, cores, points), *_context_lines(kind, points), *summary_lines]
-    lines += list(input_lines.values())
-    if "synthetic" not in pipelines:
+    lines = [_hardware_line(kind, counts, cores, points), *_context_lines(kind, points, reused)]
+    lines += summary_lines
+    tops = {p.pipeline: p for p in sorted(points, key=lambda p: p.devices)}  # each pipeline's most devices
+    lines += [line for pipeline, line in input_lines.items() if tops[pipeline].run not in reused]
+    if "synthetic" not in pipelines and not reused:
         lines.append("Add the synthetic pipeline to measure what the devices do without input cost.")
+    lines += _reused_line(reused)
     return Reading(
         points=tuple(points), model=runs[0].model, device_kind=kind, shared_hardware=shared, cores=cores,
         cores_per_device={str(n): cores / n for n in counts},
         expected_speedup=SHARED_BOUND if shared else "up to n",
         scaling=_scaling_mode(points), most_devices=max(counts), pipelines=summary, gap_vs_synthetic=gaps,
         input_headroom=headrooms, input_bound=input_bound, input_bound_threshold=INPUT_BOUND_THRESHOLD,
-        lines=tuple(lines + _cores_line(runs, cores)),
+        lines=tuple(lines + _cores_line([run for run in runs if run not in reused], cores)),
     )  # fmt: skip

@@ -271,7 +271,7 @@ def scaling_study(*, verbose: bool = True, reuse: Study | None = None, **options
     groups = [(n, [p]) for n in args.devices for p in args.pipelines] if args.isolate else [
         (n, list(args.pipelines)) for n in args.devices
     ]
-    start, runs = time.perf_counter(), []
+    start, runs, reused = time.perf_counter(), [], []
     for n, group in groups:
         earlier = _measured_before(reuse, n, group, args.child_settings(n))
         if verbose:
@@ -279,8 +279,9 @@ def scaling_study(*, verbose: bool = True, reuse: Study | None = None, **options
             done = " (measured by the earlier study)" if earlier else " ..."
             print(f"{clock} {n} device(s): {', '.join(group)}{done}", file=sys.stderr, flush=True)
         runs.extend(earlier or _run_child(n, group, args.child_settings(n), args.timeout))
+        reused.extend(earlier)
     elapsed = time.perf_counter() - start
-    study = Study(args=args, runs=tuple(runs), reading=read_scaling(runs), elapsed_s=elapsed)
+    study = Study(args=args, runs=tuple(runs), reading=read_scaling(runs, reused), elapsed_s=elapsed)
     return study if args.output is None else _write_outputs(study, args.output)
 
 

@@ -35,6 +35,14 @@ from mgtutor.training.proctree import kill_tree, new_group, processes_in_group
 from mgtutor.training.worker import tf_config
 
 DEFAULT_TAIL_LINES = 40
+# What TensorFlow's runtime adds to an error, which names its graph, not the learner's code: the node
+# and op lines under a message, the hint of a derived status, the counts of a multi-error report.
+TF_INTERNALS = re.compile(
+    r"\s*(?:\[\[\{\{node |\[\[\S+\]\]$|The error could be from a previous operation\. Restart your program"
+    r"|\d+ successful operations\.$|\d+ derived errors ignored\.)"
+)
+# The graph function's name inside an error message: "...Error: {{function_node __inference_f_238}} What."
+FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")
 # Measured: TensorFlow's coordination service catches SIGTERM, and a worker waiting for a
 # dead peer outlived it for 10 s. So workers are stopped with the hard kill (SIGKILL; a tree
 # termination on Windows); their output is unbuffered, so no log line is lost.
@@ -212,6 +220,7 @@ class LocalCluster:
     def _read(self, index: int, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
         folding = LibraryFrames()  # shown lines only: the tail keeps every frame
+        peer_lost: set[str] = set()  # gRPC repeats its report of a lost peer for each pending call
         for raw in proc.stdout:
             line = raw.rstrip("\n")
             result = parse_result(line)  # a malformed result line is shown as output, below
@@ -220,14 +229,18 @@ class LocalCluster:
                 continue
             self._tails[index].append(line)
             self.last_output = time.monotonic()
-            if self._watch is not None and not self._watch_hit.is_set() and self._watch[1].search(line):
+            # After a kill on purpose the others' lines are its consequence, and how many come before they
+            # are stopped is timing (a traceback cut anywhere): shown never, kept in the tails.
+            after_kill = self._watch_hit.is_set()
+            if self._watch is not None and not after_kill and self._watch[1].search(line):
                 self._watch_hit.set()
                 if self._watch[0] < len(self._procs):  # (else the wait loop kills it once started)
                     self.kill(self._watch[0])  # at once: a few ms later the job may be past the point
-            lost = self._watch_hit.is_set() and PEER_LOST.match(line)  # the killed worker's peers
-            chatter = TF_NOISE.match(line) or KERAS_STEP_LINE.match(line) or lost
-            if self.stream and not (self.quiet_tf and chatter):
-                self._show(index, folding.shown(line) if self.quiet_tf else [line])
+            again = PEER_LOST.match(line) and line in peer_lost
+            peer_lost |= {line} if PEER_LOST.match(line) else set()
+            chatter = TF_NOISE.match(line) or KERAS_STEP_LINE.match(line) or TF_INTERNALS.match(line)
+            if self.stream and not (self.quiet_tf and (chatter or again or after_kill)):
+                self._show(index, folding.shown(FUNCTION_NODE.sub("", line)) if self.quiet_tf else [line])
             self._event.set()
         if self.stream:
             self._show(index, folding.flush())
@@ -388,12 +401,14 @@ def launch(
     `args` are appended. Each worker gets ``TF_CONFIG`` (free ports on
     localhost, its own index), ``TF_CPP_MIN_LOG_LEVEL=2`` unless set, and
     `env`. Output lines stream as ``[worker i] ...`` (`stream`; TF's start-up
-    chatter and Keras's "78/78 - 9s - 110ms/step" lines dropped with
+    chatter, Keras's "78/78 - 9s - 110ms/step" lines, the runtime's node and
+    op lines (`TF_INTERNALS`) and a lost peer's report said again dropped with
     `quiet_tf`, kept in the tails). When a worker fails the others are
     stopped; after `timeout` seconds all are; every process group is killed
     at the end in any case (SIGKILL: TensorFlow catches SIGTERM).
     `kill_worker` and `kill_when` kill one worker when a matching line
-    appears (the fault-tolerance demo). `isolate`: None runs the workers in
+    appears (the fault-tolerance demo); what the others print after it, how
+    much depending on timing, stays in the tails. `isolate`: None runs the workers in
     a private network namespace with loopback only where this machine allows
     it (Linux), else prints once what is exposed; True refuses to run
     without one; False never isolates. `cores_per_worker` (None: unpinned)

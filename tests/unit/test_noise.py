@@ -156,7 +156,65 @@ def test_a_bullet_said_twice_in_one_cell_is_flagged_where_it_comes_again(tmp_pat
     assert noise_in(_write(tmp_path, markdown, output)) == [again, waited]
 
 
-def test_the_same_bullet_in_two_cells_is_not_a_repetition(tmp_path):
-    cells = [new_markdown_cell(BULLETS[0]), new_markdown_cell("\n".join(BULLETS)),
-             _cell(_stream(BULLETS[1] + "\n")), _cell(_stream(BULLETS[1] + "\n"))]  # fmt: skip
+def test_the_same_bullet_in_two_markdown_cells_is_not_a_repetition_but_printed_again_it_is(tmp_path):
+    cells = [new_markdown_cell(BULLETS[0]), new_markdown_cell("\n".join(BULLETS))]
     assert noise_in(_write(tmp_path, *cells)) == []
+    # Lesson 08's weak-scaling reading printed four of strong scaling's bullets again, word for word.
+    printed = [_cell(_stream(BULLETS[1] + "\n")), _cell(_stream("- new\n" + BULLETS[1] + "\n"))]
+    assert noise_in(_write(tmp_path, *printed)) == [BULLETS[1]]
+
+
+TABLE = (
+    "kind      type  name\n--------- ----- -----\n"
+    "physical  CPU   /physical_device:CPU:0\nlogical   CPU   /device:CPU:0\n"
+)
+
+
+
+def test_a_table_an_earlier_cell_printed_is_flagged_where_it_comes_again(tmp_path):
+    # Lesson 00 printed its device table twice: describe(), then describe(model).
+    again = _cell(_stream(TABLE + "\nmodel small_mlp: 1,578,506 parameters\n"))
+    assert noise_in(_write(tmp_path, _cell(_stream(TABLE)), again)) == TABLE.splitlines()
+    # Look-alikes: two tables of one kind share their headers and may share a row (lesson 13); two
+    # drills relay the same worker lines.
+    header = "MiB per device   weights   gradients\n                 formula   measured\n"
+    tables = [_cell(_stream(header + "DP   16.05   16.05\n")),
+              _cell(_stream(header + "DP   16.05   16.05\nZeRO-1  8  8\n"))]
+    relayed = "[worker 0] worker 0 step 0: loss 2.38\n[worker 1] worker 1 step 0: loss 2.38\n[worker 0] ok\n"
+    banner = "!" * 78 + "\nWARNING: real cifar10 data is not available.\nNo cifar10 data.\n  - a\n" + "!" * 78
+    cells = [*tables, *(_cell(_stream(text)) for text in (relayed, relayed, banner, banner))]
+    assert noise_in(_write(tmp_path, *cells)) == []  # and the stand-in data's warning, at each load
+
+
+def test_a_line_said_twice_in_one_cell_is_flagged_where_it_comes_again(tmp_path):
+    # Lesson 15: the child's line streamed, then the cell's own print of it; gRPC's report of a lost peer,
+    # once per pending call.
+    said = "built first: first step loss 2.2868 in 0.6 s"
+    grpc = "[worker 0] Additional GRPC error information from remote target /job:worker/replica:0/task:1"
+    lines = [said, "Traceback (most recent call last):", said, grpc, grpc]
+    path = _write(tmp_path, _cell(_stream("\n".join(lines) + "\n")))
+    assert noise_in(path) == [said, grpc]
+    # Look-alikes: short lines, a table's borders, a header for each of two tables, a checklist's row.
+    border = "├─────────────────────────────────┼────────────────┤"
+    header = "                 ----------- predicted ----------  -- measured --"
+    check = "  ok  collective timeout: set with CommunicationOptions: a hang becomes an error"  # two reports
+    clean = f"ok\nok\n{border}\n{border}\n{header}\nrow 1\n{header}\nrow 2\n{check}\n{check}\n"
+    assert noise_in(_write(tmp_path, _cell(_stream(clean)))) == []
+
+
+@pytest.mark.parametrize(
+    ("noisy", "clean"),
+    [
+        ("[worker 0] \t [[{{node sgd/CollectiveReduceV2}}]] [Op:__inference_<lambda>_238]",
+         "[worker 0] worker 0 step 1: loss 2.3715"),
+        ("\t [[cond/else/_1/cond/StatefulPartitionedCall/sequential_1/dense_2/bias/Initializer/_66]]",
+         "[[1, 2], [3, 4]] is the matrix"),
+        ("[worker 0] The error could be from a previous operation. Restart your program to reset. "
+         "[type.googleapis.com/tensorflow.DerivedStatus='']", "Restart the kernel (Kernel > Restart)"),
+        ("0 derived errors ignored. [Op:__inference_fn_with_cond_4209]", "0 errors in 12 steps"),
+        ("DeadlineExceededError: {{function_node __inference_<lambda>_238}} Collective has timed out.",
+         "DeadlineExceededError: Collective has timed out during execution."),
+    ],
+)
+def test_tensorflow_runtime_internals_are_noise_and_the_error_itself_is_not(tmp_path, noisy, clean):
+    assert noise_in(_write(tmp_path, _cell(_stream(f"{noisy}\n{clean}\n")))) == [noisy]

@@ -22,8 +22,9 @@ import pytest
 
 from mgtutor.speed import amdahl, measure, study
 from mgtutor.speed.figure import plot_scaling
+from mgtutor.speed.link import read_ratio
 from mgtutor.speed.measure import Run, pipeline_images_per_second
-from mgtutor.speed.reading import SHARED_BOUND, difference, read_scaling, speedups
+from mgtutor.speed.reading import SHARED_BOUND, read_scaling, speedups
 from tests.conftest import ROOT, run_child
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -278,14 +279,11 @@ def test_a_speedup_is_a_difference_only_outside_the_spreads_of_both_runs():
     bounds = (within[2].speedup_low, within[2].speedup_high)
     assert bounds == pytest.approx((900 / 1050, 960 / 950), abs=EXACT)
     reading = read_scaling([run(1, 950, 1000, 1050), run(2, 900, 930, 960)])
-    assert "speed-up 0.93 (0.86-1.01 over the repeats: within the spread: no difference measured)" in (
-        reading.lines[0]
-    )
+    assert "speed-up 0.93 (0.86-1.01), within the spread" in reading.lines[0]
     assert "950-1,050" in reading.table() and "spread" in reading.table().splitlines()[0]
     # Tight spreads: the same 0.93 is a slowdown.
     tight = read_scaling([run(1, 995, 1000, 1005), run(2, 925, 930, 935)])
-    assert "0.93 (0.92-0.94 over the repeats: slower, beyond the spread)" in tight.lines[0]
-    assert difference(1.02, 1.10) == "faster, beyond the spread"
+    assert "0.93 (0.92-0.94), slower" in tight.lines[0]
     # A run from before repeats (no low/high): its one rate is its spread.
     old = speedups([_run(1, "synthetic", 1000.0, 1e6), _run(2, "synthetic", 900.0, 1e6)])
     assert old[1].speedup_low == old[1].speedup_high == pytest.approx(0.9, abs=EXACT)
@@ -329,15 +327,14 @@ def _logical(rates: dict[int, float], global_batch: int | None) -> list[Run]:
 def test_the_reading_never_contradicts_the_numbers():
     slower = read_scaling(_logical({1: 600.0, 2: 320.0, 4: 260.0}, global_batch=64))
     assert slower.scaling == "strong"
-    assert "speed-up 0.43 on 4 devices" in slower.lines[0]
-    assert "(in_memory, global batch 64)" in slower.lines[0]  # the batch it was measured at
+    assert "on 4 devices (in_memory, global batch 64): speed-up 0.43" in slower.lines[0]  # and its batch
     assert "summing the gradients cost more than a second stream filled" in slower.lines[0]
     # Weak scaling on the same cores can show a speed-up: the words must explain it, not deny it.
     faster = read_scaling(_logical({1: 460.0, 2: 600.0}, global_batch=None))
     assert faster.scaling == "weak"
-    assert "speed-up 1.30 on 2 devices" in faster.lines[0]
-    assert "(in_memory, global batch 64)" in faster.lines[0]  # the largest count's
-    assert "may come from the larger global batch" in faster.lines[0]
+    assert "on 2 devices (in_memory, global batch 64): speed-up 1.30" in faster.lines[0]  # the most devices
+    # One verdict a measurement: the devices' is strong scaling's; weak scaling's mixes in the batch.
+    assert "no verdict on the devices alone" in faster.lines[0] and "stream filled" not in faster.lines[0]
     assert "grew from 32 to 64" in faster.lines[1]
     assert not any("at most 1" in line for line in faster.lines)
     # A strong-scaling speed-up on shared cores is what two op streams filled, read with the cores line.
@@ -429,3 +426,27 @@ def test_a_study_reuses_an_earlier_studys_run_of_the_very_same_settings_and_meas
     assert measured[3:] == [(1, 32), (2, 32)]  # another seed: nothing is the same measurement
     with pytest.raises(TypeError, match="reuse must be a Study"):
         study.scaling_study([1], ["in_memory"], samples=256, reuse="strong", verbose=False)
+
+
+def test_a_ratio_is_read_with_its_direction_and_no_bound_shows_as_1_00_beside_one():
+    assert read_ratio(1.65, 1.60, 1.66) == "1.65 (1.60-1.66), faster"
+    assert read_ratio(0.96, 0.93, 0.9981) == "0.96 (0.93-0.998), slower"  # not "0.93-1.00), slower"
+    assert read_ratio(1.03, 1.0021, 1.08) == "1.03 (1.002-1.08), faster"
+    assert read_ratio(1.0, 0.99, 1.01) == "1.00 (0.99-1.01), within the spread"  # exactly 1 stays 1.00
+    assert read_ratio(1.001, 1.0004, 1.002) == "1.001 (1.0004-1.002), faster"  # 4 where 3 would still show 1
+    assert read_ratio(0.996, 0.99, 1.003) == "0.996 (0.99-1.003), within the spread"
+
+
+def test_a_run_taken_from_an_earlier_study_is_read_once_there():
+    strong = _logical({1: 600.0, 2: 540.0}, global_batch=64)
+    weak = [_run(1, "in_memory", 500.0, 1e6, "logical-cpu"), strong[1]]  # 2 x 32 is strong's 2-device run
+    first, again = read_scaling(strong), read_scaling(weak, reused=[strong[1]])
+    assert "no verdict on the devices alone" in again.lines[0]
+    assert not set(first.lines) & set(again.lines), "a line of the earlier reading said again"
+    assert not any("MirroredStrategy" in line or "pipeline alone" in line for line in again.lines)
+    said = "\n".join(again.lines)
+    assert "\n2 device(s) at global batch 64: the earlier study's run (the same settings" in said
+    assert said.endswith("\nCores kept busy during the timed steps, of 8: 1 device(s) 7.50.")  # no comparing
+    assert not any("2 device(s) 7.50" in line for line in again.lines)  # read there
+    # Without reuse the same runs are read in full.
+    assert any("MirroredStrategy" in line for line in read_scaling(weak).lines)

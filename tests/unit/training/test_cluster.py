@@ -407,3 +407,27 @@ def test_accumulating_workers_killed_and_restarted_resume_to_the_uninterrupted_w
     assert _max_difference(_weights(tmp_path / "resumed", 1), whole) == 0.0
     _assert_nothing_left(killed)
     _assert_nothing_left(restarted)
+
+
+def test_the_stream_shows_the_learners_lines_once_and_nothing_after_a_kill_on_purpose(capsys):
+    from types import SimpleNamespace
+
+    lost = [
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+        "/tensorflow.WorkerService/RecvBuf:",
+        ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"Socket closed"}',
+    ]
+    lines = [
+        "step 0: loss 2.3", "\t [[{{node sgd/CollectiveReduceV2}}]] [Op:__inference_f_238]",
+        "DeadlineExceededError: {{function_node __inference_f_238}} Collective has timed out.",
+        *lost, *lost, "saved: step 3 (epoch 1)", "Traceback (most recent call last):", '  File "x.py"',
+    ]  # fmt: skip
+    cluster = LocalCluster([sys.executable, "-c", "pass"], 2, kill_worker=1, kill_when="saved: step 3 ")
+    cluster._read(0, SimpleNamespace(stdout=iter(line + "\n" for line in lines)))  # no process to kill
+    shown = [line.removeprefix("[worker 0] ") for line in capsys.readouterr().out.splitlines()]
+    # Lesson 15: the node and op lines go, the graph function's name leaves the error, gRPC's report of a
+    # lost peer (once per pending call) shows once; lesson 10: after the kill, a traceback cut anywhere
+    # by the launcher's stop is timing, never shown. The tail keeps every line.
+    assert shown == ["step 0: loss 2.3", "DeadlineExceededError: Collective has timed out.", *lost,
+                     "saved: step 3 (epoch 1)"]  # fmt: skip
+    assert cluster.tail(0) == lines
