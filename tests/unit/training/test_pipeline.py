@@ -13,7 +13,14 @@ import itertools
 
 import pytest
 
-from mgtutor.training.pipeline import KINDS, check_microbatches, cut, pipeline_schedule, stage_orders
+from mgtutor.training.pipeline import (
+    KINDS,
+    PipelineStep,
+    check_microbatches,
+    cut,
+    pipeline_schedule,
+    stage_orders,
+)
 from tests.conftest import ROOT, run_child
 
 CHILD = ROOT / "tests" / "unit" / "training" / "pipeline_child.py"
@@ -69,6 +76,14 @@ def test_cut_balances_parameters_and_gives_each_stage_a_layer():
     assert sizes(cut([_Layer(s) for s in (30, 10, 10, 10, 1)], 2)) == [[30], [10, 10, 10, 1]]
     assert sizes(cut([_Layer(s) for s in (100, 1, 1)], 3)) == [[100], [1], [1]]
     assert sizes(cut([_Layer(5)] * 4, 4)) == [[5]] * 4
+
+
+def test_busy_time_and_idle_fractions_read_the_timelines():
+    # One microbatch from t = 10 s to 15 s: stage 0 computes 1 + 2 s, stage 1 1 + 1 s; idle 2/5 and 3/5.
+    timelines = [[("F", 0, 10.0, 11.0), ("B", 0, 13.0, 15.0)], [("F", 0, 11.0, 12.0), ("B", 0, 12.0, 13.0)]]
+    step = PipelineStep(pipeline_schedule("GPipe", 2, 1), [], 0.0, timelines, [0, 0])
+    assert step.seconds == 5.0 and step.busy_seconds() == [3.0, 2.0]
+    assert step.idle_fractions() == pytest.approx([0.4, 0.6])
 
 
 @pytest.mark.parametrize("call, message", [
