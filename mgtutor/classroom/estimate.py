@@ -23,32 +23,28 @@ SLOT_SECONDS = 15 * 60  # `make run` at classroom defaults: one lesson slot
 # Past this estimate `make run` takes the slow-laptop preset: the slot less a minute for the estimate's error.
 TARGET_SECONDS = 14 * 60
 # Lessons the reference run did not have, at the seconds they took on its CPU where they were written;
-# each goes once a reference run measures it (lesson 18, pipeline parallelism: about a minute). The
-# slow-laptop preset leaves them at their size.
-PENDING = {"18": 60.0}
+# each goes once a reference run measures it (none now: the reference run has all 19). The slow-laptop
+# preset leaves them at their size.
+PENDING: dict[str, float] = {}
 # One complete `make run` at classroom defaults, nothing else running: its CPU, its reference step and
 # each lesson's seconds.
 REFERENCE = {
-    "run": "2026-11-29 03:50, Intel Xeon with AMX (avx512_bf16, amx_bf16), 2 cores, 14 min 47 s",
-    "images_per_s": 1369.1,
+    "run": "2026-11-29 06:42, Intel Xeon with AMX (avx512_bf16, amx_bf16), 2 cores, 13 min 40 s",
+    "images_per_s": 1292.9,
     "seconds": {
-        "00": 8.7, "01": 6.6, "02": 16.8, "03": 21.2, "04": 26.0, "05": 25.4, "06": 37.0, "07": 62.1,
-        "08": 61.8, "09": 30.7, "10": 37.4, "11": 55.1, "12": 64.8, "13": 42.5, "14": 89.0, "15": 59.2,
-        "16": 109.5, "17": 124.7,
+        "00": 9.3, "01": 7.3, "02": 18.4, "03": 22.8, "04": 27.9, "05": 24.5, "06": 38.6, "07": 67.1,
+        "08": 59.1, "09": 34.1, "10": 38.0, "11": 54.1, "12": 68.1, "13": 28.4, "14": 85.8, "15": 63.1,
+        "16": 78.8, "17": 62.2, "18": 23.6,
     },
-    # `make run PRESET=slow-laptop` on the same CPU: each lesson's seconds (`series_seconds`). Until a quiet
-    # run measures them: 00-11 and 13 planned from the reference run's cell times, each cell the preset
-    # shrinks scaled by its share of the work (start-up and compiles kept); 14-16 from a run of the preset
-    # under other programs' load, each lesson's seconds divided by the slowdown of the reference step timed
-    # during it (2.2-2.7x); 12 at its classroom seconds (that run found no saving: JAX's compiles are its
-    # time); 17 planned (its Slurm part off, as in the classroom defaults).
+    # `make run PRESET=slow-laptop` on the same CPU, nothing else running, right after the run above (its
+    # reference step 1,265.5 images/s, within 2 % of that run's): each lesson's seconds (`series_seconds`).
     "presets": {
         SLOW_LAPTOP: {
-            "run": "planned from the reference run; 14-16 measured under load (not a quiet run)",
+            "run": "2026-11-29 06:57, the same CPU, quiet, 11 min 16 s",
             "seconds": {
-                "00": 8.7, "01": 6.6, "02": 11.1, "03": 14.4, "04": 19.2, "05": 17.0, "06": 20.0,
-                "07": 47.0, "08": 24.0, "09": 21.0, "10": 31.0, "11": 36.0, "12": 65.0, "13": 38.0,
-                "14": 52.0, "15": 58.0, "16": 68.0, "17": 102.0,
+                "00": 9.6, "01": 7.4, "02": 13.0, "03": 16.8, "04": 21.0, "05": 22.4, "06": 26.1,
+                "07": 54.1, "08": 45.1, "09": 29.7, "10": 28.7, "11": 47.1, "12": 47.9, "13": 27.8,
+                "14": 58.6, "15": 60.4, "16": 63.1, "17": 64.4, "18": 23.3,
             },
         },
     },

@@ -111,6 +111,9 @@ KEPT: dict[str, dict[str, str]] = {
                        "each the fewest times already (REPEATS 2)",
         "17_to_a_cluster": "starting processes is its time (1 process, 2 workers, a killed worker resumed, "
                            "the link) and each start is what it shows; its steps take seconds",
+        "18_pipeline_parallelism": "starting a worker per stage and XLA's compiles of the table's "
+                                   "layouts are its time; its steps are milliseconds, each timed the "
+                                   "fewest times (REPEATS 2)",
     },
 }
 
