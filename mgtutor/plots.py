@@ -48,6 +48,10 @@ def show_images(
         if index >= len(shown):
             continue
         image = shown[index]
+        if np.issubdtype(image.dtype, np.floating) and (image.min() < 0 or image.max() > 1):
+            # standardized pixels: stretched to [0, 1] to be seen (imshow would clip them, and warn)
+            low, high = float(image.min()), float(image.max())
+            image = (image - low) / (high - low) if high > low else np.zeros_like(image)
         grey = image.ndim == 3 and image.shape[-1] == 1
         axis.imshow(image[..., 0] if grey else image, cmap="gray" if grey else None)
         if label_ids is not None:
