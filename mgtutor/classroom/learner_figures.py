@@ -128,8 +128,10 @@ def _batchnorm(r: Records) -> str:
         text += f" JAX's `DataParallel` with plain BatchNorm lands {jax:.1e} from one TF device's statistics."
     if "sync_cost_range" in five:
         low, high = five["sync_cost_range"]
+        verdict = ("a cost, beyond the spread" if low > 1 else "less time, beyond the spread" if high < 1
+                   else "no difference beyond the spread")  # fmt: skip
         text += (f" A synchronized epoch took ×{five['sync_cost_ratio']:.2f} a plain one's time ({low:.2f}–"
-                 f"{high:.2f} over its repeats; a cost only if the range leaves out 1).")
+                 f"{high:.2f} over its repeats): {verdict}.")
     return text
 
 
@@ -171,9 +173,16 @@ def _speed(r: Records) -> str:
     )
     if "strong_cores_used" in eight and "op_cores" in eight:
         busy = ", ".join(f"{n} device(s) {c:.2f}" for n, c in eight["strong_cores_used"].items())
+        ranges = [strong[n] for n in counts]
+        if any(low > 1 for low, _ in ranges):
+            reading = "More devices filling more cores is what this speed-up is made of."
+        elif all(high < 1 for _, high in ranges):
+            reading = ("The cores kept busier did not pay for the strategy's work each step (splitting each "
+                       "batch onto the devices, summing the gradients): a slowdown.")
+        else:
+            reading = "The busier cores and the strategy's work each step cancel within the spread."
         text += (f" Why (section 4): cores kept busy while training, {busy}; one convolution alone keeps "
-                 f"{eight['op_cores']:.2f} busy. More devices filling more cores is what a speed-up on "
-                 "logical devices is made of.")
+                 f"{eight['op_cores']:.2f} busy. {reading}")
     return text
 
 

@@ -220,9 +220,11 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequenc
             verdict = ("with the same work per step, so the devices' op streams together kept the cores "
                        "busier than one device's did (the cores line below).")  # fmt: skip
         elif top.speedup_high < 1.0:
-            verdict = "splitting the batch and summing the gradients cost more than a second stream filled."
+            verdict = ("the strategy's work each step (splitting each batch onto the devices, summing the "
+                       "gradients) cost more than a second stream filled.")  # fmt: skip
         else:
-            verdict = "no difference measured: what a second stream filled, the splitting and summing cost."
+            verdict = ("no difference measured: what a second stream filled, the strategy's work each step "
+                       "(splitting, summing) cost.")  # fmt: skip
         return (
             f"{what}: a device added brings no cores of its own, only another stream of operations for "
             f"the cores one device's step leaves idle. The dashed ideal line is what separate GPUs would "
