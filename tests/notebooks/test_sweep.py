@@ -4,10 +4,10 @@ For every lesson, each numeric parameter of its parameters cell in turn takes th
 the tiny size the notebook tests run (that size, half, double, an odd value, 1), the others staying at
 that size. Each set goes through the check `make run` makes before the first notebook starts
 (`check_overrides`): it is refused there, with a message that names the lesson and the parameter, or
-it is accepted. Accepted sets must run: a sample of them is executed at that tiny size and checked as
-the notebook tests check it. The sample is drawn with a seed the test ids carry (`sample-seed<N>-...`)
-and the test prints; it changes with every run, so that over runs every set runs. ``SWEEP_SEED=<N>``
-repeats a draw.
+it is accepted. Accepted sets must run: a sample of them is executed at that tiny size, offline on the
+synthetic stand-in, and checked as the notebook tests check their offline run. The sample is drawn
+with a seed the test ids carry (`sample-seed<N>-...`) and the test prints; it changes with every run,
+so that over runs every set runs. ``SWEEP_SEED=<N>`` repeats a draw.
 """
 
 from __future__ import annotations
@@ -161,14 +161,16 @@ def test_a_drawn_sample_of_the_taken_sets_runs(drawn, tmp_path, monkeypatch):
     print(f"sweep seed {seed} (SWEEP_SEED={seed} draws it again): {notebook.stem} at {name}={value}")
     defaults = notebook_parameters(notebook)
     given = {k: v for k, v in parameters.items() if k in defaults and v != defaults[k]}
-    if notebook.stem in OFFLINE_ONLY:
-        # Its set holds values made for the offline run (16's budget of 6 s learns nothing on real data,
-        # and is not meant to: its accuracy is a claim only at fixed sizes), so it runs where they belong.
-        home = tmp_path / "keras_home"
-        home.mkdir()
-        monkeypatch.setenv("KERAS_HOME", str(home))
-        monkeypatch.delenv("MGTUTOR_DATA_DIR", raising=False)
-        monkeypatch.setenv("MGTUTOR_OFFLINE", "1")
+    # On the labelled synthetic stand-in, as the notebook tests' offline run: a set changes the step count
+    # by design (a doubled batch halves the tiny size's few steps; 16's budget of 6 s trains almost none),
+    # so whether it learns real CIFAR-10 is no claim of the sweep (seed 440431 drew 04 at 4 steps: 0.117
+    # against the 0.12 floor); that it runs, and its checks hold, is. Accuracy on the real data is held
+    # at the tiny size the notebook tests choose to learn.
+    home = tmp_path / "keras_home"
+    home.mkdir()
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    monkeypatch.delenv("MGTUTOR_DATA_DIR", raising=False)
+    monkeypatch.setenv("MGTUTOR_OFFLINE", "1")
     with slurm_lock(notebook.stem):
         records = execute(notebook, tmp_path / notebook.name, given, tmp_path)
     check(notebook, records, given)
