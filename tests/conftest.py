@@ -35,7 +35,7 @@ if not os.environ.get("MGTUTOR_DATA_DIR") and _SHARED_DATA.is_dir():
 # that read a background child's result (see BACKGROUND) come after the slow ones, when it is most likely
 # there. Lesson 17 and the Slurm tests share one cluster lock: 17 starts first.
 SECONDS = {
-    "again_on_the_real_data[17": 300, "again_on_the_real_data[12": 140,
+    "again_on_the_real_data[17": 230, "again_on_the_real_data[12": 140,
     "again_on_the_real_data[15": 133, "again_on_the_real_data[08": 115,
     "again_on_the_real_data[11": 113, "again_on_the_real_data[07": 103,
     "again_on_the_real_data[14": 101, "solution_on_real_data[11": 96,
