@@ -225,8 +225,23 @@ def run_series(
     if "estimate_seconds" in report:  # what make check would have said, beside what it took
         took += f" (estimated {duration(report['estimate_seconds'])} {estimated_for(report)})"
     print(f"All {len(notebooks)} notebooks ran in {took}.")
+    slot = _slot_line(notebooks, time.perf_counter() - clock)
+    if slot:
+        print(slot)
     print(f"Report: {run_dir / 'index.html'}")
     return run_dir
+
+
+def _slot_line(notebooks: Sequence[Path], seconds: float) -> str | None:
+    """Whether a run of the whole series fit the 15-minute slot (None for a part of it)."""
+    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS
+
+    if not {nb.name[:2] for nb in notebooks} >= set(REFERENCE["seconds"]):
+        return None
+    if seconds <= SLOT_SECONDS:
+        return f"Within the {SLOT_SECONDS // 60}-minute slot: {duration(SLOT_SECONDS - seconds)} to spare."
+    return (f"Past the {SLOT_SECONDS // 60}-minute slot by {duration(seconds - SLOT_SECONDS)}: "
+            "docs/teachers.md, \"The slowest laptop in the room\", says what to do.")
 
 
 def _execute(

@@ -255,9 +255,8 @@ def _context_lines(kind: str, points: Sequence[Point], reused: Sequence[Run]) ->
     mirrored = [p for p in points if p.devices > 1 and p.run.strategy == "mirrored"]
     if kind == "logical-cpu" and any(p.run not in reused for p in mirrored):
         lines.append(
-            "Part of the cost is MirroredStrategy's own per-step work on CPUs (splitting each batch, "
-            "summing gradients): benchmarks/bench_parallel.py measures it, and --strategy towers "
-            "shows the split without it."
+            "MirroredStrategy's own per-step work on CPUs, named above, is measured alone by "
+            "benchmarks/bench_parallel.py, and --strategy towers shows the split without it."
         )
     return lines
 

@@ -139,3 +139,13 @@ def test_a_recipe_or_no_preflight_is_never_sized(tiny_series, tmp_path, monkeypa
         summary = json.loads((run_dir / "summary.json").read_text())
         assert "sizing" not in summary and "preset" not in summary
         assert [e["parameters"] for e in summary["notebooks"]] == [{}, {}]
+
+
+def test_a_whole_series_run_says_whether_it_fit_the_slot_and_a_part_says_nothing():
+    from pathlib import Path
+
+    whole = [Path(f"{lesson}_topic.ipynb") for lesson in REFERENCE["seconds"]]
+    assert runner._slot_line(whole, SLOT_SECONDS - 30) == "Within the 15-minute slot: 30.0 s to spare."
+    past = runner._slot_line(whole, SLOT_SECONDS + 8)
+    assert past.startswith("Past the 15-minute slot by 8.0 s:") and "The slowest laptop in the room" in past
+    assert runner._slot_line(whole[:-1], SLOT_SECONDS + 8) is None  # --only: the slot is the whole series'
