@@ -1354,11 +1354,14 @@ def _(records: dict, p: dict) -> None:
 
 @checks("18_pipeline_parallelism_solutions")
 def _(records: dict, p: dict) -> None:
-    # A quarter of the images: the two stages' compute shorter, summed (one stage's median of REPEATS
-    # steps can meet a core busy with other work).
+    # Both sizes measured on both stages. Not their direction: at the tiny sizes a microbatch's compute is
+    # mostly fixed cost, and under test-all's load a median of 2 steps can meet a busy core (CI once
+    # measured 38.8 + 20.1 ms for 8 images against 19.0 + 18.4 ms for 32).
     sizes = records["microbatch_sizes"]
-    small, large = sizes[str(min(p["MICROBATCH_SIZES"]))], sizes[str(max(p["MICROBATCH_SIZES"]))]
-    assert sum(small["compute_ms"]) < sum(large["compute_ms"])
+    assert sorted(sizes) == sorted(str(size) for size in p["MICROBATCH_SIZES"])
+    for size in sizes.values():
+        assert len(size["compute_ms"]) == len(size["idle"]) == 2
+        assert all(ms > 0 for ms in size["compute_ms"]) and all(0 <= idle < 1 for idle in size["idle"])
     assert records["interleaved"] == {"idle_slots": 2.0, "fraction": 2 / 18, "plain": 0.2}
     # Measured as the lesson's section 5: at least each GELU's input, one float32 per unit of every layer.
     assert records["activation_bytes_per_example"] >= 4 * p["TABLE_WIDTH"] * p["DEPTH"]
