@@ -14,6 +14,8 @@ from tests.conftest import ROOT
 NOTEBOOKS = find_notebooks(ROOT / "notebooks") + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 # `from mgtutor... import (a, b)` or `from mgtutor... import a, b`, in cells and in the scripts they write
 IMPORT_FROM_MGTUTOR = r"^\s*from (mgtutor\S*) import (?:\(([^)]*)\)|([\w, ]+)$)"
+# The house rule is "about 2,000 words of prose and 4 objectives at most": 2,100 is "about", held.
+MAX_PROSE_WORDS, MAX_OBJECTIVES = 2100, 4
 
 
 @pytest.fixture(params=NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
@@ -57,6 +59,12 @@ def test_teaching_shape(notebook):
     assert exercises.count("*Hint:*") >= 2, "2-3 exercises, each with a hint"
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     assert max(len(c.splitlines()) for c in code) <= 25, "short cells"
+    objectives = markdown[0].split("**Objectives**", 1)[1]
+    assert len(re.findall(r"^\d+\. ", objectives, re.M)) <= MAX_OBJECTIVES, (
+        f"{path.name}: at most 4 objectives"
+    )
+    words = sum(len(m.split()) for m in markdown)
+    assert words <= MAX_PROSE_WORDS, f"{path.name}: {words:,} words of prose, over {MAX_PROSE_WORDS:,}"
 
 
 def lesson_questions(lesson: dict) -> list[str]:
@@ -86,7 +94,7 @@ def check_solution_shape(path, markdown):
         after = m.group(2)
         assert after == quote or after.startswith(quote + " "), (
             f"{path.name}: exercise {m.group(1)} must open with its question from {lesson_name} in italics:"
-            f" {quote!r}, not {after[:len(quote) + 20]!r}"
+            f" {quote!r}, not {after[: len(quote) + 20]!r}"
         )
 
 
@@ -113,7 +121,6 @@ def test_every_artifact_goes_to_the_working_folder(notebook):
     if any(word in code for word in ("save_model(", "np.save(", "%%writefile", "log_dir=", "output=")):
         wanted = f'working_folder("{path.stem}"'
         assert wanted in code, f"{path.name}: make WORK = {wanted})"
-
 
 
 def test_devices_are_set_up_before_keras_or_tensorflow_is_imported(notebook):
