@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -39,6 +40,9 @@ ISOLATION = "network isolation"
 JAX_SMOKE = "2-device JAX smoke step"
 ARITHMETIC = "capstone arithmetic"
 RUN_TIME = "run time"
+PACKAGE = "package"
+# This checkout's package: the one the notebooks must import.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def _version(package: str) -> tuple[int, ...] | None:
@@ -67,6 +71,23 @@ def check_versions(versions: dict[str, tuple[int, ...] | None], python: tuple[in
         fix = 'make clean setup (pyproject.toml pins "tensorflow>=2.21,<2.22" and "keras>=3.11")'
         checks.append(Check(package, not bad, f"{package} {shown}" + (f": {bad[0]}" if bad else ""), fix))
     return checks
+
+
+def check_package(python: Sequence[str] = (sys.executable,), expected: Path = PACKAGE_DIR) -> Check:
+    """Does `python`, started outside this folder, import this checkout's mgtutor?
+
+    This process finds it by its working folder; the notebooks' kernel starts in notebooks/ and finds only
+    what the venv installed. An editable install made from another clone into this venv (`make test
+    VENV=...` there) points the kernel at that clone, and lesson 00 then fails on its first import."""
+    fix = f"{sys.executable} -m pip install --no-deps -e {PACKAGE_DIR.parent}; then make check again"
+    done = subprocess.run([*python, "-c", "import mgtutor; print(mgtutor.__file__)"], capture_output=True,
+                          text=True, cwd=tempfile.gettempdir(), timeout=60)  # fmt: skip
+    if done.returncode != 0:
+        return Check(PACKAGE, False, "not installed in this Python: the notebooks cannot import mgtutor", fix)
+    found = Path(done.stdout.strip()).resolve().parent
+    if found != expected:
+        return Check(PACKAGE, False, f"mgtutor imports from {found}, not from this folder ({expected})", fix)
+    return Check(PACKAGE, True, f"mgtutor imports from {found}, from outside this folder too")
 
 
 def check_smoke(backend: str = "tensorflow") -> Check:
@@ -293,6 +314,7 @@ def run_checks(
     """Every check, in checklist order."""
     versions = {package: _version(package) for package in ("tensorflow", "keras", "jax")}
     checks = check_versions(versions, sys.version_info[:2])
+    checks.append(check_package())
     checks.append(check_cpu())
     smoke = check_smoke()
     checks += [smoke, check_run_time(smoke), check_smoke("jax")]

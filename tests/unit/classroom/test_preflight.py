@@ -126,6 +126,18 @@ def test_missing_data_only_warns_with_allow_synthetic():
     assert preflight.failed([preflight.Check("ports", False, "taken")])
 
 
+def test_the_package_line_finds_this_checkout_outside_its_folder_and_names_a_stray_install(tmp_path):
+    here = preflight.check_package()
+    assert here.ok and str(ROOT / "mgtutor") in here.detail
+    # An editable install from another clone (this venv's finder pointed there): the kernel would import it.
+    elsewhere = preflight.check_package(expected=tmp_path / "mgtutor")
+    assert not elsewhere.ok and f"not from this folder ({tmp_path / 'mgtutor'})" in elsewhere.detail
+    assert "pip install --no-deps -e" in elsewhere.fix and str(ROOT) in elsewhere.fix
+    # No site-packages at all (-S): nothing installed for the notebooks' kernel to import.
+    missing = preflight.check_package(python=(sys.executable, "-S"))
+    assert not missing.ok and "not installed" in missing.detail and missing.fix
+
+
 def test_the_cpu_line_names_the_bfloat16_features(monkeypatch):
     from mgtutor.support import system
 
