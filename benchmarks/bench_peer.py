@@ -354,8 +354,20 @@ def compare(args) -> None:
                   f"{result['format']} "
                   f"(images/s: {rates})", flush=True)  # fmt: skip
     shutil.rmtree(folder)
+    if args.out:
+        write_runs(Path(args.out), runs)
     print("\nthe peer's patch, as applied:\n  " + "\n  ".join(runs["peer"][0]["patch"]))
     _ratios(runs)
+
+
+def write_runs(path: Path, runs: dict[str, list[dict]]) -> None:
+    """Each run as a JSON line (side, seed, its figures and its curve), written whole or not at all."""
+    lines = [json.dumps({"side": side, "seed": seed, **run})
+             for side in runs for seed, run in enumerate(runs[side])]  # fmt: skip
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n")
+    os.replace(partial, path)
+    print(f"each run, its curve included: {path}", flush=True)
 
 
 def _ratios(runs: dict[str, list[dict]]) -> None:
@@ -388,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="ours: make capstone-long's (default) or make capstone's")  # fmt: skip
     parser.add_argument("--peer-env", default=str(PEER_ENV),
                         help=f"the peer's environment, made if missing (default {PEER_ENV})")
+    parser.add_argument("--out", help="also write each run, its curve included, as a JSON line to this file")
     parser.add_argument("--child", choices=("peer", "ours"), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -397,6 +410,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        parser.error(f"--out: the folder of {args.out} does not exist; make it first, or name a file in "
+                     "one that does")  # fmt: skip
     if args.child:
         child = peer_child if args.child == "peer" else ours_child
         print(json.dumps(child(args)))

@@ -4,6 +4,7 @@ package holding the lines it replaces), its refusal of another version, and the 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -74,3 +75,22 @@ def test_a_curve_is_read_between_its_epochs_from_chance_at_the_start(bench):
     assert bench.along(curve, "accuracy", 0.95, "minutes") is None  # never reached
     assert bench.along(curve, "minutes", 3.0, "accuracy") == pytest.approx(0.7)
     assert bench.along(curve, "minutes", 5.0, "accuracy") is None  # after its last epoch
+
+
+def test_runs_are_written_whole_as_json_lines_with_their_curves(bench, tmp_path, capsys):
+    curve = [{"minutes": 2.0, "accuracy": 0.5}]
+    runs = {"peer": [{"plain": 0.8, "curve": curve}], "ours": [{"plain": 0.9, "curve": curve}] * 2}
+    path = tmp_path / "runs.jsonl"
+    bench.write_runs(path, runs)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    expected = [("peer", 0, 0.8), ("ours", 0, 0.9), ("ours", 1, 0.9)]
+    assert [(r["side"], r["seed"], r["plain"]) for r in lines] == expected
+    assert lines[2]["curve"] == curve and sorted(p.name for p in tmp_path.iterdir()) == ["runs.jsonl"]
+    assert str(path) in capsys.readouterr().out
+
+
+def test_an_out_file_in_a_missing_folder_is_refused_before_any_run(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--out", str(tmp_path / "no-such-folder" / "runs.jsonl")])
+    assert stopped.value.code == 2
+    assert "--out: the folder of" in capsys.readouterr().err and not (tmp_path / "no-such-folder").exists()
