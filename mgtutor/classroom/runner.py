@@ -41,6 +41,10 @@ SERIES_DEFAULTS = {
     # The capstone (16) trains its whole recipe by default, about 20 minutes; in the series a budget of
     # minutes, timing its arithmetic included (`make run MINUTES=None` trains it whole; `make capstone` does).
     "MINUTES": 1.0,
+    # ... and its race of arithmetic inside that budget times float32 against bfloat16 without XLA, whose
+    # compiles took most of the minute and left little to train. Without a budget (MINUTES=None: `make
+    # capstone`, `make capstone-long`) the lesson races all four (`series_overrides`).
+    "XLA": False,
     # Lesson 17's link sweep at one shaped rate (its own default adds the link unshaped: about 20 s more).
     "LINK_RATES": ["100mbit"],
     # Lesson 17's Slurm cluster needs root to start (most classroom laptops skip it whatever SLURM says):
@@ -140,6 +144,8 @@ def series_overrides(overrides: dict[str, Any], defaults: dict[Path, dict]) -> d
     """`overrides`, with `SERIES_DEFAULTS` first for the names some notebook has and `overrides` lacks."""
     kept = {name: value for name, value in SERIES_DEFAULTS.items()
             if any(name in params for params in defaults.values())}  # fmt: skip
+    if overrides.get("MINUTES", kept.get("MINUTES")) is None:  # the capstone whole: XLA races too
+        kept.pop("XLA", None)
     return {**kept, **overrides}
 
 

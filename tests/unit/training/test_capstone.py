@@ -213,6 +213,13 @@ def test_lookahead_pulls_every_fifth_step_and_ends_on_its_average():
     x = rng.normal(size=(7 * 8, 4)).astype(np.float32)  # 7 batches of 8: the last step is not a 5th
     y = x @ rng.normal(size=(4, 1)).astype(np.float32)
 
+    class Seen(keras.callbacks.Callback):  # the weights each step left, before lookahead (after it) pulls
+        def on_train_begin(self, logs=None):
+            self.weights = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.weights.append(self.model.get_weights())
+
     def trained(steps: int, callbacks: list) -> tuple[list, list]:
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization(),
@@ -222,16 +229,21 @@ def test_lookahead_pulls_every_fifth_step_and_ends_on_its_average():
         model.fit(x[: 8 * steps], y[: 8 * steps], batch_size=8, shuffle=False, verbose=0, callbacks=callbacks)
         return start, model.get_weights()
 
-    callback = Lookahead(total_steps=7)
-    start, final = trained(7, [callback])
+    seen, callback = Seen(), Lookahead(total_steps=7)
+    start, final = trained(7, [seen, callback])
     _, plain = trained(5, [])  # the same five steps without lookahead
     assert callback.pulls == 2  # at step 5 (a multiple of 5) and at step 7 (the last)
     decay = 0.95**5 * (5 / 7) ** 3
     # No pull before step 5, so its average moved from the start by (1 - decay) of the plain run's way.
-    # The last pull (decay 1) leaves the average there: the model ends on it, BatchNorm's statistics too.
-    for begun, ended, without in zip(start, final, plain, strict=True):
-        np.testing.assert_allclose(ended, begun + (1 - decay) * (without - begun), rtol=0, atol=1e-6)
+    # The last pull (decay 0.95**5) moves it that share of the way to step 7's weights, which the model
+    # takes: steps 6 and 7 count (a copy of the average alone would drop them), BatchNorm's statistics too.
+    for begun, fifth, without, seventh, ended in zip(start, seen.weights[4], plain, seen.weights[6], final,
+                                                     strict=True):  # fmt: skip
+        np.testing.assert_allclose(fifth, without, rtol=0, atol=1e-6)
+        average = begun + (1 - decay) * (without - begun)
+        np.testing.assert_allclose(ended, average + (1 - 0.95**5) * (seventh - average), rtol=0, atol=1e-6)
     assert any(not np.allclose(b, w) for b, w in zip(start, plain, strict=True))  # the steps moved weights
+    assert any(not np.allclose(a, b) for a, b in zip(final, seen.weights[4], strict=True))  # 6 and 7 count
 
 
 def test_the_network_takes_any_side_and_its_global_pool_is_the_old_3x3_pool_at_32():
