@@ -1,7 +1,7 @@
 """The peer, measured beside us: airbench94's own code and lesson 16's recipe, on the same CPU and the same
 data, one run after the other (issue 56). Run from the repository root, with nothing else running::
 
-    python benchmarks/bench_peer.py            # 2 seeds each side at full budget: about 25 min a run
+    python benchmarks/bench_peer.py            # 2 seeds each side at full budget (each run its whole recipe)
     python benchmarks/bench_peer.py --quick    # 2,048 images, 1 epoch each side: the harness end to end
 
 **The peer's code** is the `airbench` package from PyPI (PEER_PACKAGES), installed with PyTorch's CPU build

@@ -111,8 +111,8 @@ def index_html(report: dict[str, Any]) -> str:
     from mgtutor.classroom.preflight import checklist_html
 
     machine = report["machine"]
-    devices = [
-        f"{e['records']['n_devices']} × {e['records'].get('device_kind', '?')} devices"
+    devices = [  # their kind; how many is each lesson's own (lesson 00's count misled as the run's)
+        f"{e['records'].get('device_kind', '?')} devices"
         for e in report["notebooks"]
         if "n_devices" in e.get("records", {})
     ][:1]
