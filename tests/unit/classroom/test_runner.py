@@ -314,9 +314,9 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     assert (run_dir / "index.html").is_file() and (run_dir / "01_second.html").is_file()
     # make check's list heads the console output, the summary and the page (a FAIL would not stop the run)
     checks = json.loads((run_dir / "summary.json").read_text())["preflight"]
-    names = ["python", "tensorflow", "keras", "jax", "cpu", "2-device smoke step", "run time",
+    names = ["python", "tensorflow", "keras", "jax", "package", "cpu", "2-device smoke step", "run time",
              "2-device JAX smoke step"]  # fmt: skip
-    assert [c["name"] for c in checks][:8] == names
+    assert [c["name"] for c in checks][: len(names)] == names
     assert json.loads((run_dir / "summary.json").read_text())["estimate_seconds"] > 0  # the run-time line
     assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
     page = (run_dir / "index.html").read_text()
