@@ -69,7 +69,7 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
         "08_scaling_study": {**_FEWER_IMAGES,
             "BENCH_STEPS": (3, "steps a block: the rate of a warm step"),
             "SWEEP": ([16, 32, 64], "three batch sizes still draw the curve's bend"),
-            "STUDY_SAMPLES": (256, "the learning-rate study still compares its rates")},  # fmt: skip
+            "STUDY_SAMPLES": (256, "the scaling study still times every device count on them")},  # fmt: skip
         "09_parameter_averaging": {
             "TRAIN_SAMPLES": (4096, "every frequency still gets its rounds; the curves still separate"),
             "EVALS": (3, "three points a curve still show the order of the frequencies"),

@@ -56,7 +56,7 @@ SERIES_DEFAULTS = {
     "SPEED_REPEATS": 2,
     # Lesson 08's steps a timed block (14's default already): a warm step's rate needs no more.
     "BENCH_STEPS": 5,
-    # Lesson 08's learning-rate study: half its images still separate the rates it compares.
+    # Lesson 08's scaling study (strong and weak): half its images still time every device count.
     "STUDY_SAMPLES": 512,
 }
 # `make capstone-long` (--capstone-long): lesson 16's recipe for the 90 % aim, over the notebook's defaults:
