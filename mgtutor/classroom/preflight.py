@@ -80,8 +80,11 @@ def check_package(python: Sequence[str] = (sys.executable,), expected: Path = PA
     what the venv installed. An editable install made from another clone into this venv (`make test
     VENV=...` there) points the kernel at that clone, and lesson 00 then fails on its first import."""
     fix = f"{sys.executable} -m pip install --no-deps -e {PACKAGE_DIR.parent}; then make check again"
-    done = subprocess.run([*python, "-c", "import mgtutor; print(mgtutor.__file__)"], capture_output=True,
-                          text=True, cwd=tempfile.gettempdir(), timeout=60)  # fmt: skip
+    try:
+        done = subprocess.run([*python, "-c", "import mgtutor; print(mgtutor.__file__)"], capture_output=True,
+                              text=True, cwd=tempfile.gettempdir(), timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:  # a hung import is a broken install too; the checklist goes on
+        return Check(PACKAGE, False, "importing mgtutor did not finish in 60 s", fix)
     if done.returncode != 0:
         return Check(PACKAGE, False, "not installed in this Python: the notebooks cannot import mgtutor", fix)
     found = Path(done.stdout.strip()).resolve().parent
