@@ -962,6 +962,9 @@ def _(records: dict, p: dict) -> None:
     assert records["compile_epoch_seconds"] > 0
     speed = records["speed"]
     assert speed["jax_dataparallel"] > 0 and speed["tf_one_device"] > 0 and speed["tf_cores"] > 0
+    # The seed CNN's forward multiply-adds an image: 19,556,352 in its convolutions, 1,184,768 in its Dense
+    # kernels.
+    assert abs(records["conv_share"] - 19_556_352 / (19_556_352 + 1_184_768)) < 1e-9
     layers = records["layer_ms"]
     assert len(layers["jax"]) == 4 and sorted(layers["jax"]) == sorted(layers["tensorflow"])
     timed = [*layers["jax"].values(), *layers["tensorflow"].values()]
