@@ -269,8 +269,9 @@ def memory_need(runs: Path) -> tuple[float, str]:
         except (OSError, ValueError):
             continue
         peaks = [(e.get("peak_rss_mb", 0), e["notebook"][:2]) for e in summary.get("notebooks", [])]
-        at_defaults = not summary.get("preset")  # a preset's peaks are not what the defaults need
-        if summary.get("status") == "complete" and at_defaults and peaks and max(peaks)[0] > 0:
+        # a preset's peaks, or a few lessons' (--only), are not what the whole series at defaults needs
+        whole_at_defaults = not summary.get("preset") and not summary.get("only")
+        if summary.get("status") == "complete" and whole_at_defaults and peaks and max(peaks)[0] > 0:
             peak, notebook = max(peaks)
             return peak / 1000, f"notebook {notebook}'s peak in {path.parent.name}"
     return NEEDED_MEMORY_GB, "before any make run here; make run measures what each notebook takes"

@@ -191,6 +191,7 @@ def run_series(
         "overrides": dict(overrides or {}),
         **({"recipe": recipe} if recipe else {}),
         **({"preset": preset} if preset and preset != NONE else {}),
+        **({"only": list(only)} if only else {}),  # a part of the series: not what the whole needs
         "machine": _machine(),
         "notebooks": [
             {"notebook": nb.name, "status": NOT_RUN, "parameters": plan[nb], "defaults": defaults[nb]}

@@ -200,6 +200,10 @@ def test_the_memory_check_asks_for_what_the_last_complete_run_took(tmp_path):
     preset_run = {"status": "complete", "preset": "low-memory",
                   "notebooks": [{"notebook": "13_x.ipynb", "peak_rss_mb": 2600}]}  # fmt: skip
     (runs / "20261127-040000" / "summary.json").write_text(json.dumps(preset_run))
+    (runs / "20261127-050000").mkdir()  # a later run of two lessons (--only 12 15): not the series' need
+    part_run = {"status": "complete", "only": ["12", "15"],
+                "notebooks": [{"notebook": "15_x.ipynb", "peak_rss_mb": 3019}]}  # fmt: skip
+    (runs / "20261127-050000" / "summary.json").write_text(json.dumps(part_run))
     assert memory_need(runs) == (need, why)
     memory = next(c for c in check_resources(tmp_path) if c.name == "memory")
     assert "needs 4.3 GB at classroom defaults: notebook 01's peak in 20261127-010000" in memory.detail

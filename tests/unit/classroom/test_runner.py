@@ -318,6 +318,7 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
              "2-device JAX smoke step"]  # fmt: skip
     assert [c["name"] for c in checks][: len(names)] == names
     assert json.loads((run_dir / "summary.json").read_text())["estimate_seconds"] > 0  # the run-time line
+    assert json.loads((run_dir / "summary.json").read_text())["only"] == ["01"]  # memory_need skips it
     assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
     page = (run_dir / "index.html").read_text()
     assert "<h2>Preflight</h2>" in page and "2-device smoke step" in page
