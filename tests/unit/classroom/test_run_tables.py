@@ -62,7 +62,7 @@ def test_the_series_columns_parse_and_agree_with_the_notebook_checks():
     for kind, column in seconds.items():
         run = [nb for nb in TABLED if column[nb] != page.NOT_RUN]
         assert run[0] == "00" and all(int(column[nb]) > 0 for nb in run), kind
-        assert re.fullmatch(r"(\d+ min )?\d+ s", column["all"])
+        assert re.fullmatch(rf"(\d+ min )?\d+ s \({len(run)} notebooks\)", column["all"]), kind
         assert column["goal (15 min)"] in ("within", "over")
     for kind, column in accuracy.items():
         assert list(column) == [nb for nb in TABLED if nb not in TRAINS_NOTHING_TO_COMPARE]
@@ -255,7 +255,7 @@ def test_a_series_run_writes_its_columns_and_the_guide_and_refuses_a_partial_run
         assert {k: {nb: c for nb, c in v.items() if nb not in NEWER_THAN_THE_TABLES} for k, v in after.items()
                 if k != page.KINDS[0]} == {k: v for k, v in before[name].items() if k != page.KINDS[0]}
     mine = seconds[page.KINDS[0]]
-    assert mine["00"] == "10" and mine["all"] == "6 min 40 s" and mine["goal (15 min)"] == "within"
+    assert mine["00"] == "10" and mine["all"] == f"6 min 40 s ({len(NOTEBOOKS)} notebooks)" and mine["goal (15 min)"] == "within"
     assert accuracy[page.KINDS[0]]["08"] == "0.414 / 0.471" and accuracy[page.KINDS[0]]["09"] == "0.944–0.953"
     assert accuracy[page.KINDS[0]]["16"] == "0.330"  # the reloaded model's
     text = block((tmp_path / RESULTS).read_text(), "series-by-cpu")
