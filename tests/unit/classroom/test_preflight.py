@@ -104,7 +104,7 @@ def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     arithmetic = checks[preflight.ARITHMETIC]
     assert arithmetic["ok"] and arithmetic["detail"].startswith("lesson 16 would train in ")
     run_time = checks[preflight.RUN_TIME]  # ok, or a warning on a laptop too slow for the slot
-    assert run_time["value"] > 60 and run_time["detail"].startswith("make run will use the ")
+    assert run_time["value"] > 60 and run_time["detail"].startswith("make run with no PRESET will use the ")
     assert smoke["value"] > 0 and f"{smoke['value']:,.0f} images/s" in run_time["detail"]
 
 
@@ -166,13 +166,13 @@ def test_the_run_time_line_names_the_preset_make_run_will_use_and_both_estimates
     fast = REFERENCE["images_per_s"] * defaults / (0.9 * TARGET_SECONDS)  # the defaults at 90 % of the target
     same = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=fast))
     assert same.ok and same.value == pytest.approx(0.9 * TARGET_SECONDS)
-    assert same.detail.startswith("make run will use the classroom defaults: about 12 min 36 s here, within")
+    assert same.detail.startswith("make run with no PRESET will use the classroom defaults: about 12 min 36 s here, within")
     assert f"{fast:,.0f} images/s" in same.detail and "with the slow-laptop preset: about " in same.detail
     k = 0.99 * SLOT_SECONDS / preset  # past the target at defaults, the preset within the slot
     rate = REFERENCE["images_per_s"]
     sized = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / k))
     assert sized.ok and sized.value == pytest.approx(0.99 * SLOT_SECONDS)
-    assert sized.detail.startswith("make run will use the slow-laptop preset: about 14 min 51 s here, where")
+    assert sized.detail.startswith("make run with no PRESET will use the slow-laptop preset: about 14 min 51 s here, where")
     assert f"{k:.2f}x the reference CPU's time" in sized.detail
     slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / (1.1 * k)))
     assert not slow.ok and slow.warning and slow.value > SLOT_SECONDS
