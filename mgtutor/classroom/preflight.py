@@ -132,8 +132,8 @@ def check_run_time(smoke: Check) -> Check:
         return Check(RUN_TIME, False, "no estimate: the reference step did not run",
                      "fix the 2-device smoke step first", warning=True)  # fmt: skip
     sizing = choose_preset(smoke.value)
-    detail = (f"make run with no PRESET will use {sizing.line()} (the reference step, lesson 02's CNN: {smoke.value:,.0f} "
-              f"images/s; reference CPU: {REFERENCE['run']})")  # fmt: skip
+    detail = (f"make run with no PRESET will use {sizing.line()} (the reference step, lesson 02's CNN: "
+              f"{smoke.value:,.0f} images/s; reference CPU: {REFERENCE['run']})")  # fmt: skip
     if sizing.fits:
         return Check(RUN_TIME, True, detail, value=sizing.seconds)
     return Check(RUN_TIME, False, detail,
