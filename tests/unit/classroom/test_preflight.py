@@ -166,15 +166,15 @@ def test_the_run_time_line_names_the_preset_make_run_will_use_and_both_estimates
     fast = REFERENCE["images_per_s"] * defaults / (0.9 * TARGET_SECONDS)  # the defaults at 90 % of the target
     same = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=fast))
     assert same.ok and same.value == pytest.approx(0.9 * TARGET_SECONDS)
-    assert same.detail.startswith("make run with no PRESET will use the classroom defaults: about 12 min 36 s "
-                                  "here, within")  # fmt: skip
+    assert same.detail.startswith("make run with no PRESET will use the classroom defaults: about 12 min 36 s"
+                                  " here, within")  # fmt: skip
     assert f"{fast:,.0f} images/s" in same.detail and "with the slow-laptop preset: about " in same.detail
     k = 0.99 * SLOT_SECONDS / preset  # past the target at defaults, the preset within the slot
     rate = REFERENCE["images_per_s"]
     sized = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / k))
     assert sized.ok and sized.value == pytest.approx(0.99 * SLOT_SECONDS)
-    assert sized.detail.startswith("make run with no PRESET will use the slow-laptop preset: about 14 min 51 s "
-                                   "here, where")  # fmt: skip
+    assert sized.detail.startswith("make run with no PRESET will use the slow-laptop preset: about 14 min 51 s"
+                                   " here, where")  # fmt: skip
     assert f"{k:.2f}x the reference CPU's time" in sized.detail
     slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / (1.1 * k)))
     assert not slow.ok and slow.warning and slow.value > SLOT_SECONDS
