@@ -108,7 +108,8 @@ class Sizing:
         from mgtutor.classroom.run_page import duration
 
         step = f"the reference step takes {self.slowdown:.2f}x the reference CPU's time"
-        target = f"{TARGET_SECONDS // 60}-minute target"
+        target = (f"{TARGET_SECONDS // 60}-minute target (the {SLOT_SECONDS // 60}-minute slot less a minute "
+                  "for the estimate's error)")  # fmt: skip
         defaults, preset = duration(self.defaults_seconds), duration(self.preset_seconds)
         if self.preset is None:
             return (f"the classroom defaults: about {defaults} here, within the {target} (with the "

@@ -81,10 +81,12 @@ _CHECKS: dict[str, tuple[Any, ...]] = {
     "13": (lambda r: f"ZeRO-3 training against data parallelism: {r['fit_zero3_vs_dp']['difference']:.1e}.",),
     "14": (lambda r: f"Every job's weights identical: {_all(r['digests_identical'])}.",),
     "15": (lambda r: f"The fixed hang trains identical weights: {r['fixed_hang']['identical']}.",),
-    "16": (lambda r: f"Training used {r['budget_used']['minutes']:.1f} min; "
-                     f"with flips {r['accuracy']['augmented']:.3f}.",),
-    "17": (lambda r: f"Slurm's run against the local one: {r['slurm']['difference']:.1e}; "
-                     f"resumed: {r['resume']['difference']:.1e}.",),
+    "16": (lambda r: f"{r['budget_used']['minutes']:.2f} min used, {r['budget_used']['training']:.2f} of "
+                     f"them training; with flips and shifts {r['accuracy']['augmented']:.3f}.",),
+    "17": (lambda r: f"Killed and resumed against never killed: {r['resume']['difference']:.1e}.",
+           lambda r: f"Slurm's run against the local one: {r['slurm']['difference']:.1e}."),
+    "18": (lambda r: f"GPipe's gradients against one device: {r['gradients_GPipe']['difference']:.1e}; "
+                     f"1F1B's: {r['gradients_1F1B']['difference']:.1e}.",),
 }  # fmt: skip
 
 
@@ -151,25 +153,31 @@ def time_panel(entries: Sequence[Mapping[str, Any]]) -> str:
 
 
 def accuracy_panel(entries: Sequence[Mapping[str, Any]]) -> str:
-    """Each accuracy as a dot on 0-1, beside the learning floor (dashed) and the baseline (solid)."""
+    """Each accuracy as a dot on 0-1, beside the learning floor (dashed) and its own baseline (a tick): the
+    lesson's `baseline_val_accuracy` where it trains one, else lesson 02's, as `facts` says."""
     points = [(e["notebook"][:2], accuracy_of(e.get("records") or {}, e["notebook"][:2])) for e in entries]
     points = [(lesson, value) for lesson, value in points if value is not None]
     if not points:
         return ""
+    baselines = {e["notebook"][:2]: _number((e.get("records") or {}).get("baseline_val_accuracy"))
+                 for e in entries}  # fmt: skip
     baseline, scale, top = baseline_of(entries), _WIDTH - _LABEL - 60, 22
     height = top + len(points) * _ROW + 16
-    body = [_text(0, 12, "test accuracy; dashed: learning floor; solid: one-device baseline", size=12)]
-    for value, dash in ((LEARNING_FLOOR, ' stroke-dasharray="4 3"'), (baseline, "")):
-        if value is not None:
-            x = _LABEL + value * scale
-            body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 14}" '
-                        f'stroke="#888"{dash}/>')  # fmt: skip
+    body = [_text(0, 12, f"test accuracy; dashed: learning floor (chance + {LEARNING_FLOOR - CHANCE:.2f}); "
+                         "|: the lesson's one-device baseline", size=12)]  # fmt: skip
+    x = _LABEL + LEARNING_FLOOR * scale
+    body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 14}" stroke="#888" '
+                'stroke-dasharray="4 3"/>')  # fmt: skip
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         body.append(_text(_LABEL + tick * scale, height - 2, f"{tick:g}", "middle", 10, "#555"))
     for row, (lesson, value) in enumerate(points):
         y = top + row * _ROW
         low = value <= LEARNING_FLOOR
         body.append(_text(0, y + 12, lesson))
+        own = baselines.get(lesson) if baselines.get(lesson) is not None else baseline
+        if own is not None and lesson not in _NOT_COMPARABLE:
+            body.append(f'<line x1="{_LABEL + own * scale:.1f}" x2="{_LABEL + own * scale:.1f}" y1="{y + 1}" '
+                        f'y2="{y + 15}" stroke="#444" stroke-width="2"/>')  # fmt: skip
         body.append(f'<circle cx="{_LABEL + value * scale:.1f}" cy="{y + 8}" r="5" '
                     f'fill="{"#b00020" if low else "#17692c"}"/>')  # fmt: skip
         note = " (whole data set, own recipe)" if lesson in _NOT_COMPARABLE else ""

@@ -333,6 +333,9 @@ def _sized_plan(defaults: dict[Path, dict], overrides: dict[str, Any], *, prefli
     """Each notebook's parameters, every choice checked before any work, and what the report records of the
     preflight (its checklist, run first) and of the sizing it allows (`size_to_laptop`)."""
     plan = check_overrides(series_overrides(overrides, defaults), defaults)
+    # a series default that is the lesson's own is no override (14's BENCH_STEPS): not passed, not marked
+    plan = {nb: {k: v for k, v in params.items() if k in overrides or v != defaults[nb][k]}
+            for nb, params in plan.items()}  # fmt: skip
     planned = {preset or NONE: apply_preset(preset or NONE, plan, overrides, defaults)}
     if not preset and preflight and not recipe:  # the reference step may pick it
         planned.update(_slow_laptop_plan(plan, overrides, defaults))

@@ -61,6 +61,12 @@ def test_the_picture_marks_a_lesson_over_its_share_and_an_accuracy_at_chance():
     assert accuracies.count('fill="#b00020"') == 1 and accuracies.count('fill="#17692c"') == 1
     floor_x = re.findall(r'<line x1="([\d.]+)"[^>]*stroke-dasharray', accuracies)
     assert len(floor_x) == 1 and float(floor_x[0]) > run_chart._LABEL  # the floor drawn, right of the labels
+    # each lesson's tick at its own baseline: 11's float32 run where it trains one, else lesson 02's
+    eleven = _entry("11", 5, bf16_val_accuracy=0.3, baseline_val_accuracy=0.35)
+    own = run_chart.accuracy_panel([entries[0], eleven])
+    ticks = [float(x) for x in re.findall(r'<line x1="([\d.]+)"[^>]*stroke-width="2"', own)]
+    scale = run_chart._WIDTH - run_chart._LABEL - 60
+    assert ticks == pytest.approx([run_chart._LABEL + 0.43 * scale, run_chart._LABEL + 0.35 * scale], abs=0.1)
     assert run_chart.figure_html([]) == ""
 
 

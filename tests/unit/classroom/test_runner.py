@@ -291,6 +291,13 @@ def test_the_series_budgets_the_capstone_unless_told_otherwise():
     assert users == {"MINUTES": ["16"], "LINK_RATES": ["17"], "SLURM": ["17"],
                      "REPEATS": ["08", "13", "14", "18"], "SPEED_REPEATS": ["05", "11"],
                      "BENCH_STEPS": ["08", "14"], "STUDY_SAMPLES": ["08"], "XLA": ["16"]}
+    # what make run passes and its report marks as an override: not a series default that is 14's own
+    sized, _ = runner._sized_plan(lessons_found, {}, preflight=False, recipe=None, preset=None)
+    sized = {nb.stem: p for nb, p in sized.items()}
+    assert lessons_found[ROOT / "notebooks" / "14_pinned_workers.ipynb"]["BENCH_STEPS"] == 5
+    assert "BENCH_STEPS" not in sized["14_pinned_workers"] and sized["08_scaling_study"]["BENCH_STEPS"] == 5
+    told, _ = runner._sized_plan(lessons_found, {"BENCH_STEPS": 5}, preflight=False, recipe=None, preset=None)
+    assert told[ROOT / "notebooks" / "14_pinned_workers.ipynb"]["BENCH_STEPS"] == 5  # asked for: kept
 
 
 def test_make_capstone_runs_it_whole_unless_given_a_budget():
