@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mgtutor.speed.link import ratio_figure
+
 Records = dict[str, dict[str, Any]]  # "02" -> that notebook's records
 # What each bullet reads of each lesson's records (the tests check that every lesson records these).
 READS: dict[str, tuple[str, ...]] = {
@@ -151,7 +153,7 @@ def _resume(r: Records) -> str:
 
 
 def _spread(low: float, high: float) -> str:
-    return f"{low:.2f}–{high:.2f}"
+    return f"{ratio_figure(low)}–{ratio_figure(high)}"  # a bound of 0.9995 is not "1.00"
 
 
 def _speed(r: Records) -> str:

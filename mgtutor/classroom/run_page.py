@@ -120,7 +120,8 @@ def index_html(report: dict[str, Any]) -> str:
         [f"{machine['hostname']}", f"{machine['cpu_count']} cores", f"TensorFlow {machine['tensorflow']}",
          f"Keras {machine['keras']}", f"Python {machine['python']}", *devices]
     )  # fmt: skip
-    overrides = ", ".join(f"{k} = {v!r}" for k, v in report["overrides"].items()) or "none (defaults)"
+    overrides = ", ".join(f"{k} = {v!r}" for k, v in report["overrides"].items())
+    overrides = overrides or "none (the series' classroom defaults)"
     counts = {s: sum(e["status"] == s for e in report["notebooks"]) for s in (OK, FAILED, NOT_RUN)}
     baseline = baseline_of(report["notebooks"])
     rows = "\n".join(_row(entry, baseline) for entry in report["notebooks"])
@@ -142,12 +143,12 @@ def index_html(report: dict[str, Any]) -> str:
  · {counts[OK]} ok, {counts[FAILED]} failed, {counts[NOT_RUN]} not run</p>
 <p class="machine">Machine: {_e(machine_text)}</p>
 <p class="command">Command: <code>{_e(report["command"])}</code></p>
-<p class="command">Overrides: <code>{_e(overrides)}</code></p>
+<p class="command">Command-line overrides: <code>{_e(overrides)}</code></p>
 {sized}{checklist_html(report.get("preflight", []))}{figure_html(report["notebooks"])}<table>
 <colgroup><col class="name"><col class="status"><col class="params"><col class="num"><col class="num">
 <col class="num"><col></colgroup>
-<thead><tr><th>notebook</th><th>status</th><th>parameters (overrides highlighted)</th><th>duration</th>
-<th>peak MB</th><th>kernel MB at end</th>
+<thead><tr><th>notebook</th><th>status</th><th>parameters (highlighted: not the lesson's own default)</th>
+<th>duration</th><th>peak MB</th><th>kernel MB at end</th>
 <th>what to check (every record: summary.json)</th></tr></thead>
 <tbody>
 {rows}

@@ -128,7 +128,7 @@ def test_runs_in_order_with_overrides_and_records(tiny_series, tmp_path, capfd, 
     assert f"NAME = {name!r}" in second[2]  # escaped on the page, read back as it was given
     assert "<y &" not in page and "&lt;y &amp; &#x27;z&#x27;&gt;" in page  # escaped
     assert "<script" not in page and "http" not in page.replace('lang="en"', "")  # self-contained
-    assert "Overrides: EPOCHS = 5, NAME = " in re.sub(r"<[^>]+>", "", page)
+    assert "Command-line overrides: EPOCHS = 5, NAME = " in re.sub(r"<[^>]+>", "", page)
     assert f"{os.cpu_count()} cores" in page
     for link in table.links:
         assert (run_dir / link).is_file(), link
