@@ -51,6 +51,12 @@ def baseline_of(entries: Sequence[Mapping[str, Any]]) -> float | None:
     return None
 
 
+def own_baseline(records: Mapping[str, Any], baseline: float | None) -> float | None:
+    """The one-device accuracy a lesson is set against: its own float32 run where it trains one, else 02's."""
+    own = _number(records.get("baseline_val_accuracy"))
+    return own if own is not None else baseline
+
+
 def _all(values: Any) -> bool:
     return all(values.values() if isinstance(values, Mapping) else values)
 
@@ -98,8 +104,7 @@ def facts(entry: Mapping[str, Any], baseline: float | None) -> list[str]:
         said.append("Trained on the synthetic stand-in: its accuracies say nothing about CIFAR-10.")
     accuracy = accuracy_of(records, lesson)
     if accuracy is not None:
-        own = _number(records.get("baseline_val_accuracy"))
-        against = own if own is not None else baseline
+        against = own_baseline(records, baseline)
         if lesson in _NOT_COMPARABLE or against is None:
             said.append(f"Test accuracy {accuracy:.3f}.")
         else:
@@ -159,9 +164,8 @@ def accuracy_panel(entries: Sequence[Mapping[str, Any]]) -> str:
     points = [(lesson, value) for lesson, value in points if value is not None]
     if not points:
         return ""
-    baselines = {e["notebook"][:2]: _number((e.get("records") or {}).get("baseline_val_accuracy"))
-                 for e in entries}  # fmt: skip
     baseline, scale, top = baseline_of(entries), _WIDTH - _LABEL - 60, 22
+    against = {e["notebook"][:2]: own_baseline(e.get("records") or {}, baseline) for e in entries}
     height = top + len(points) * _ROW + 16
     body = [_text(0, 12, f"test accuracy; dashed: learning floor (chance + {LEARNING_FLOOR - CHANCE:.2f}); "
                          "|: the lesson's one-device baseline", size=12)]  # fmt: skip
@@ -174,7 +178,7 @@ def accuracy_panel(entries: Sequence[Mapping[str, Any]]) -> str:
         y = top + row * _ROW
         low = value <= LEARNING_FLOOR
         body.append(_text(0, y + 12, lesson))
-        own = baselines.get(lesson) if baselines.get(lesson) is not None else baseline
+        own = against[lesson]
         if own is not None and lesson not in _NOT_COMPARABLE:
             body.append(f'<line x1="{_LABEL + own * scale:.1f}" x2="{_LABEL + own * scale:.1f}" y1="{y + 1}" '
                         f'y2="{y + 15}" stroke="#444" stroke-width="2"/>')  # fmt: skip
