@@ -9,8 +9,10 @@ from types import TracebackType
 class ChildMemory:
     """Samples the summed RSS of every descendant process while the block runs.
 
-    ``peak_mb``: the largest sum seen; ``last_mb``: the last sample with a process alive (about
-    what the kernel still held when its notebook finished, i.e. what an open kernel keeps).
+    ``peak_mb``: the largest sum seen. ``last_mb``: the sum when ``mark`` was last called (the
+    runner calls it as each cell finishes, so it ends as what the kernel held after the last cell,
+    i.e. what a kernel left open keeps); 0 if never marked. It is not the last background sample:
+    that one can fall while the kernel shuts down and frees its memory.
     """
 
     def __init__(self, interval: float = 0.2) -> None:
@@ -20,20 +22,26 @@ class ChildMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def _sample(self) -> None:
+    @staticmethod
+    def _children_mb() -> float:
         import psutil
 
-        me = psutil.Process()
+        total = 0
+        for child in psutil.Process().children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return total / 2**20
+
+    def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            total = 0
-            for child in me.children(recursive=True):
-                try:
-                    total += child.memory_info().rss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-            if total:
-                self.last_mb = total / 2**20
-                self.peak_mb = max(self.peak_mb, self.last_mb)
+            self.peak_mb = max(self.peak_mb, self._children_mb())
+
+    def mark(self, **_hook_arguments: object) -> None:
+        """Sample now and keep it as ``last_mb`` (usable as nbclient's ``on_cell_executed`` hook)."""
+        self.last_mb = self._children_mb()
+        self.peak_mb = max(self.peak_mb, self.last_mb)
 
     def __enter__(self) -> ChildMemory:
         self._thread.start()

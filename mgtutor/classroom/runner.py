@@ -265,7 +265,7 @@ def _execute(
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=parameters, kernel_name=kernel_name,
                 cwd=str(run_dir), progress_bar=_progress_bar(), extra_arguments=list(KERNEL_ARGUMENTS),
-                execution_timeout=CELL_TIMEOUT_SECONDS,
+                execution_timeout=CELL_TIMEOUT_SECONDS, on_cell_executed=memory.mark,
             )  # fmt: skip
     except papermill.PapermillExecutionError as err:
         outcome = {"status": FAILED, "error": f"cell In [{err.exec_count}]: {err.ename}: {err.evalue}"}
