@@ -3,7 +3,8 @@ and on one device from the same weights; reports the largest weight difference a
 reference step: lesson 02's seed CNN trained on one device, in images per second, from which `make check`
 estimates how long `make run` takes on this laptop.
 ``python -m mgtutor.classroom.preflight_smoke jax`` does the same on the JAX backend with
-``keras.distribution.DataParallel``."""
+``keras.distribution.DataParallel``; ``... reference`` times the reference step alone (`make run` again at
+its end: did the machine's speed change during the run?)."""
 
 from __future__ import annotations
 
@@ -105,5 +106,10 @@ def main_jax() -> None:
                    **_outcome(one, two)})  # fmt: skip
 
 
+def main_reference() -> None:
+    setup_devices(1, verbose=False)
+    report_result({"reference_images_per_s": reference_step()})
+
+
 if __name__ == "__main__":
-    main_jax() if sys.argv[1:] == ["jax"] else main()
+    {"jax": main_jax, "reference": main_reference}.get(" ".join(sys.argv[1:]), main)()

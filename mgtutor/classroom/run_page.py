@@ -130,6 +130,8 @@ def index_html(report: dict[str, Any]) -> str:
                  if "estimate_seconds" in report else "")  # fmt: skip
     preset = f" · preset {report['preset']}" if report.get("preset") else ""
     sized = f'<p class="machine">{_e(report["sizing"]["said"])}</p>\n' if "sizing" in report else ""
+    if "reference_end" in report:
+        sized += f'<p class="machine">{_e(report["reference_end"]["said"])}</p>\n'
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -371,3 +372,17 @@ def test_make_lab_opens_the_notebooks_with_the_python3_kernel():
     assert lab.returncode == 0, lab.stderr
     assert f"{sys.prefix}/bin/python -m jupyter lab --ServerApp.root_dir=notebooks" in lab.stdout
     assert "--port=8899" in lab.stdout
+
+
+@pytest.mark.slow
+def test_the_reference_step_again_after_a_run_sits_beside_the_first():
+    """make run's estimate assumed the preflight's step speed throughout; the step timed after the last
+    notebook, and its ratio to the first, say whether the machine kept it. The page shows the line."""
+    again = runner._reference_again(1000.0)["reference_end"]
+    after = again["images_per_s"]
+    assert 10 < after < 100_000  # lesson 02's CNN at batch 64 on one device, any CPU the series runs on
+    assert f"1,000 images/s before the run, {after:,.0f} after it ({after / 1000:.2f}x)" in again["said"]
+    report = {"started": "2026-11-29T23:00:00", "status": "complete", "command": "make run", "overrides": {},
+              "machine": {"hostname": "h", "cpu_count": 2, "tensorflow": "2.21.0", "keras": "3.15.1",
+                          "python": "3.11"}, "notebooks": [], "seconds": 1.0, "reference_end": again}
+    assert escape(again["said"]) in runner.index_html(report)
