@@ -28,7 +28,7 @@ def _number(value: Any) -> str:
         return str(value)
     if math.isfinite(value) and value == int(value) and abs(value) < 1e6:
         return str(int(value))
-    return f"{value:.4g}"
+    return f"{value:#.4g}".rstrip(".")  # '#': 0.2400 beside 0.3816, not 0.24
 
 
 def format_logs(logs: dict[str, Any] | None) -> str:

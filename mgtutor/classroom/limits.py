@@ -81,7 +81,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 @_lesson("04_multi_gpu_wrapping")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _parity(p, _common(p, problems, at_least=2, why=_TOWERS), problems)
-    return {}
+    return {"accuracy_gap_limit": ACCURACY_GAP_LIMIT}
 
 
 @_lesson("05_batchnorm_and_replica_state")
@@ -102,7 +102,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
         _enough_for(p, batch, 1, "an epoch of TRAIN_SAMPLES // batch steps", problems)
         _at_least(int(p["TRAIN_SAMPLES"]), 8, "TRAIN_SAMPLES must be >= {needed}: section 2 draws 8 images.",
                   problems)  # fmt: skip
-    return {}
+    return {"accuracy_gap_limit": ACCURACY_GAP_LIMIT}
 
 
 @_lesson("07_save_and_restore")

@@ -95,8 +95,9 @@ def test_format_logs_puts_loss_first_and_validation_last():
     logs = {"accuracy": 0.5, "val_accuracy": np.float32(0.25), "loss": 0.693147, "val_loss": 1.0,
             "learning_rate": 0.001}  # fmt: skip
     assert format_logs(logs) == (
-        "loss 0.6931 - accuracy 0.5 - learning_rate 0.001 - val_loss 1 - val_accuracy 0.25"
-    )
+        "loss 0.6931 - accuracy 0.5000 - learning_rate 0.001000 - val_loss 1 - val_accuracy 0.2500"
+    )  # four significant figures, zeros kept: epoch lines stack in columns (0.2400 above 0.3816)
+    assert format_logs({"seconds": 1234.6}) == "seconds 1235"  # no bare trailing point
     assert format_logs({"loss": float("nan")}) == "loss nan"
     assert format_logs(None) == ""
 
