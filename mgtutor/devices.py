@@ -159,7 +159,7 @@ def _setup_jax_devices(n_devices: int, verbose: bool) -> DeviceSetup:
     setup = DeviceSetup(names=tuple(str(d) for d in devices), kind="logical-cpu")
     if verbose:
         how = f"the CPU split into {n_devices} JAX device(s)" if n_devices > 1 else "the CPU"
-        print(f"setup_devices: Keras on JAX {jax.__version__}, using {how}: {', '.join(setup.names)}")
+        print(f"setup_devices: Keras on JAX (jax {jax.__version__}), using {how}: {', '.join(setup.names)}")
     return setup
 
 

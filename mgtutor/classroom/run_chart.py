@@ -83,8 +83,10 @@ _CHECKS: dict[str, tuple[Any, ...]] = {
     "10": (lambda r: f"Workers' weights identical: {r['worker_digests_identical']}; "
                      f"restarted at step {r['resumed_at_step']}.",),
     "11": (lambda r: f"Ring all-reduce against add_n: {r['ring_vs_add_n']:.1e}.",),
-    "12": (lambda r: f"JAX all-reduce against one device: {r['allreduce_vs_one_device']:.1e}.",),
-    "13": (lambda r: f"ZeRO-3 training against data parallelism: {r['fit_zero3_vs_dp']['difference']:.1e}.",),
+    "12": (lambda r: f"JAX all-reduce against one device: {r['allreduce_vs_one_device']:.1e} "
+                     f"(largest gradient {r['largest_gradient']:.1e}).",),
+    "13": (lambda r: f"ZeRO-3 training against data parallelism: {r['fit_zero3_vs_dp']['difference']:.1e}, "
+                     f"where the steps moved the weights {r['fit_zero3_vs_dp']['moved']:.1e}.",),
     "14": (lambda r: f"Every job's weights identical: {_all(r['digests_identical'])}.",),
     "15": (lambda r: f"The fixed hang trains identical weights: {r['fixed_hang']['identical']}.",),
     "16": (lambda r: f"{r['budget_used']['minutes']:.2f} min used, {r['budget_used']['training']:.2f} of "
@@ -92,7 +94,8 @@ _CHECKS: dict[str, tuple[Any, ...]] = {
     "17": (lambda r: f"Killed and resumed against never killed: {r['resume']['difference']:.1e}.",
            lambda r: f"Slurm's run against the local one: {r['slurm']['difference']:.1e}."),
     "18": (lambda r: f"GPipe's gradients against one device: {r['gradients_GPipe']['difference']:.1e}; "
-                     f"1F1B's: {r['gradients_1F1B']['difference']:.1e}.",),
+                     f"1F1B's: {r['gradients_1F1B']['difference']:.1e} (largest gradient "
+                     f"{r['gradients_GPipe']['largest']:.1e}).",),
 }  # fmt: skip
 
 

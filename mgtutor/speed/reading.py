@@ -247,10 +247,10 @@ def _context_lines(kind: str, points: Sequence[Point], reused: Sequence[Run]) ->
         first, top = min(points, key=lambda p: p.devices), _best_speedup(points)
         lines.append(
             f"Weak scaling: the global batch grew from {first.run.global_batch} to {top.run.global_batch} "
-            f"images per step ({top.run.batch_size_per_replica} per replica). A larger batch costs less per "
-            "image (fewer, larger matrix products; less per-step overhead), so images/s can rise even where "
-            "the devices add nothing. Compare the strong-scaling study (fixed global batch) to see the "
-            "devices alone."
+            f"images per step ({top.run.batch_size_per_replica} per replica). A larger batch can cost less "
+            "per image (fewer, larger matrix products; less per-step overhead), so images/s can rise even "
+            "where the devices add nothing; a batch sweep measures whether it does. Compare the "
+            "strong-scaling study (fixed global batch) to see the devices alone."
         )
     mirrored = [p for p in points if p.devices > 1 and p.run.strategy == "mirrored"]
     if kind == "logical-cpu" and any(p.run not in reused for p in mirrored):
