@@ -231,6 +231,11 @@ def run_series(
     if "estimate_seconds" in report and not only:  # after the clock: the estimate's step again, for its miss
         report.update(_reference_again(report["reference_images_per_s"]))
     _write_reports(run_dir, report, seconds)
+    _say_done(report, notebooks, seconds, run_dir)
+    return run_dir
+
+
+def _say_done(report: dict[str, Any], notebooks: Sequence[Path], seconds: float, run_dir: Path) -> None:
     took = duration(seconds)
     if "estimate_seconds" in report:  # what make check would have said, beside what it took
         took += f" (estimated {duration(report['estimate_seconds'])} {estimated_for(report)})"
@@ -241,7 +246,6 @@ def run_series(
     if slot:
         print(slot)
     print(f"Report: {run_dir / 'index.html'}")
-    return run_dir
 
 
 def _reference_again(before: float) -> dict[str, Any]:
