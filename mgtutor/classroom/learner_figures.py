@@ -177,12 +177,13 @@ def _speed(r: Records) -> str:
         busy = ", ".join(f"{n} device(s) {c:.2f}" for n, c in eight["strong_cores_used"].items())
         ranges = [strong[n] for n in counts]
         if any(low > 1 for low, _ in ranges):
-            reading = "More devices filling more cores is what this speed-up is made of."
+            reading = ("A speed-up beyond its range; the busier cores are a likely source, which the lesson "
+                       "does not measure as one.")
         elif all(high < 1 for _, high in ranges):
-            reading = ("The cores kept busier did not pay for the strategy's work each step (splitting each "
-                       "batch onto the devices, summing the gradients): a slowdown.")
+            reading = ("A slowdown beyond its range: the strategy's work each step (splitting each batch "
+                       "onto the devices, summing the gradients) may cost more than the busier cores give.")
         else:
-            reading = "The busier cores and the strategy's work each step cancel within the spread."
+            reading = "No difference beyond the spread."
         text += (f" Why (section 4): cores kept busy while training, {busy}; one convolution alone keeps "
                  f"{eight['op_cores']:.2f} busy. {reading}")
     return text

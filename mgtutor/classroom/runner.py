@@ -265,11 +265,11 @@ def _reference_again(before: float) -> dict[str, Any]:
     result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
     if done.returncode != 0 or result is None:
         return {}
-    after = result["reference_images_per_s"]
+    after = round(result["reference_images_per_s"], 1)  # as recorded: the line and the record agree
     said = (f"The reference step: {before:,.0f} images/s before the run, {after:,.0f} after it "
             f"({after / before:.2f}x). The estimate assumed the first throughout: a ratio far from 1 means "
             "the machine's speed changed during the run, and the estimate's error with it.")
-    return {"reference_end": {"images_per_s": round(after, 1), "said": said}}
+    return {"reference_end": {"images_per_s": after, "said": said}}
 
 
 def _slot_line(notebooks: Sequence[Path], seconds: float) -> str | None:

@@ -230,11 +230,11 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequenc
             verdict = ("with the same work per step, though the cores line below shows no busier cores (or "
                        "was not measured): this study does not separate what made it faster.")  # fmt: skip
         elif top.speedup_high < 1.0:
-            verdict = ("the strategy's work each step (splitting each batch onto the devices, summing the "
-                       "gradients) cost more than a second stream filled.")  # fmt: skip
+            verdict = ("a loss: the strategy's work each step (splitting each batch onto the devices, "
+                       "summing the gradients) can cost more than a second stream fills; this study does not "
+                       "separate the two.")  # fmt: skip
         else:
-            verdict = ("no difference measured: what a second stream filled, the strategy's work each step "
-                       "(splitting, summing) cost.")  # fmt: skip
+            verdict = "no difference measured beyond the spread."
         return (
             f"{what}: a device added brings no cores of its own, only another stream of operations for "
             f"the cores one device's step leaves idle. The dashed ideal line is what separate GPUs would "
