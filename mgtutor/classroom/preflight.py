@@ -93,24 +93,32 @@ def check_package(python: Sequence[str] = (sys.executable,), expected: Path = PA
     return Check(PACKAGE, True, f"mgtutor imports from {found}, from outside this folder too")
 
 
-def check_smoke(backend: str = "tensorflow") -> Check:
-    """The 2-device smoke step in a child process (logical devices are fixed once per process)."""
+def smoke_child(*extra: str, timeout: float) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """Run ``python -m mgtutor.classroom.preflight_smoke *extra`` (logical devices are fixed once per
+    process, so each check gets its own): the finished process and its reported result, if any.
+    Raises ``subprocess.TimeoutExpired`` past `timeout` seconds."""
     from mgtutor.support.processes import parse_result
 
+    done = subprocess.run(
+        [sys.executable, "-m", "mgtutor.classroom.preflight_smoke", *extra], capture_output=True,
+        text=True, timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
+    return done, (result if done.returncode == 0 else None)
+
+
+def check_smoke(backend: str = "tensorflow") -> Check:
+    """The 2-device smoke step in a child process (`smoke_child`)."""
     name, extra = (JAX_SMOKE, ["jax"]) if backend == "jax" else (SMOKE, [])
     timeout = JAX_SMOKE_TIMEOUT if backend == "jax" else SMOKE_TIMEOUT
     command = " ".join(["python -m mgtutor.classroom.preflight_smoke", *extra])
     started = time.perf_counter()
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mgtutor.classroom.preflight_smoke", *extra], capture_output=True,
-            text=True, timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        )  # fmt: skip
+        done, result = smoke_child(*extra, timeout=timeout)
     except subprocess.TimeoutExpired:
         return Check(name, False, f"no answer in {timeout:.0f} s",
                      f"close other programs; run {command} to see where it hangs")  # fmt: skip
-    result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
-    if done.returncode != 0 or result is None:
+    if result is None:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         return Check(name, False, f"failed: {tail}", "make clean setup; then make check again")
     seconds = time.perf_counter() - started

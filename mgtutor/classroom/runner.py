@@ -254,16 +254,13 @@ def _reference_again(before: float) -> dict[str, Any]:
     not. Nothing when the step fails or hangs: the run is complete either way."""
     import subprocess
 
-    from mgtutor.support.processes import parse_result
+    from mgtutor.classroom.preflight import smoke_child  # TF only in its child
 
     try:
-        done = subprocess.run([sys.executable, "-m", "mgtutor.classroom.preflight_smoke", "reference"],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})  # fmt: skip
+        _, result = smoke_child("reference", timeout=300)
     except subprocess.TimeoutExpired:
         return {}
-    result = next((r for r in map(parse_result, done.stdout.splitlines()) if r is not None), None)
-    if done.returncode != 0 or result is None:
+    if result is None:
         return {}
     after = round(result["reference_images_per_s"], 1)  # as recorded: the line and the record agree
     said = (f"The reference step: {before:,.0f} images/s before the run, {after:,.0f} after it "
