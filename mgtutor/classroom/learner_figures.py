@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mgtutor.speed.link import ratio_figure
+from mgtutor.speed.reading import why_faster
 
 Records = dict[str, dict[str, Any]]  # "02" -> that notebook's records
 # What each bullet reads of each lesson's records (the tests check that every lesson records these).
@@ -175,13 +176,16 @@ def _speed(r: Records) -> str:
     )
     if "strong_cores_used" in eight and "op_cores" in eight:
         busy = ", ".join(f"{n} device(s) {c:.2f}" for n, c in eight["strong_cores_used"].items())
-        ranges = [strong[n] for n in counts]
-        if any(low > 1 for low, _ in ranges):
-            reading = ("A speed-up beyond its range; the busier cores are a likely source, which the lesson "
-                       "does not measure as one.")
-        elif all(high < 1 for _, high in ranges):
-            reading = ("A slowdown beyond its range: the strategy's work each step (splitting each batch "
-                       "onto the devices, summing the gradients) may cost more than the busier cores give.")
+        top = max(counts, key=int)
+        low, high = strong[top]
+        if low > 1:
+            cores = eight["strong_cores_used"]
+            reading = f"On {top} devices, a speed-up: " + why_faster(low, cores.get("1"), cores.get(top),
+                                                                    where="the cores figure")
+        elif high < 1:
+            reading = (f"On {top} devices, a slowdown: the strategy's work each step (splitting each batch "
+                       "onto the devices, summing the gradients) can cost more than a second stream fills; "
+                       "the lesson does not separate the two.")
         else:
             reading = "No difference beyond the spread."
         text += (f" Why (section 4): cores kept busy while training, {busy}; one convolution alone keeps "

@@ -202,11 +202,27 @@ def _best_speedup(points: Sequence[Point]) -> Point:
     return max((p for p in points if p.devices == most), key=lambda p: p.speedup)
 
 
-def _busier(points: Sequence[Point], top: Point) -> bool:
-    """Whether `top`'s run kept more cores busy than the fewest devices' run (both measured)."""
+def why_faster(speedup_low: float, cores_before: float | None, cores_after: float | None,
+               where: str = "the cores line below") -> str:
+    """What the cores line can say of a speed-up whose range lies above 1, in proportion to it: busier
+    cores carry at most their own ratio of speed; beyond it, each image took less CPU time."""
+    if cores_before is None or cores_after is None:
+        return "the cores were not measured: this study does not separate what made it faster."
+    ratio = cores_after / cores_before
+    if ratio >= speedup_low:
+        return (f"{where} shows them x{ratio:.2f} busier, as much as the speed-up: busier cores "
+                "can account for it, though this study does not measure them as its cause.")
+    rest = "each image took less CPU time, which this study does not take apart."
+    if ratio > 1:
+        return (f"{where} shows them only x{ratio:.2f} busier, less than the speed-up: beyond "
+                f"that, {rest}")
+    return f"{where} shows no busier cores (x{ratio:.2f}): {rest}"
+
+
+def _cores_of(points: Sequence[Point], top: Point) -> tuple[float | None, float | None]:
+    """The cores kept busy by the fewest devices' run and by `top`'s (same pipeline)."""
     first = min((p for p in points if p.pipeline == top.pipeline), key=lambda p: p.devices)
-    used = first.run.cores_used, top.run.cores_used
-    return None not in used and used[1] > used[0]
+    return first.run.cores_used, top.run.cores_used
 
 
 def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequence[Point]) -> str:
@@ -223,12 +239,8 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequenc
         if _scaling_mode(points) != "strong":  # one verdict a measurement: the devices' is strong scaling's
             verdict = ("the devices and a larger global batch together, so no verdict on the devices alone: "
                        "a fixed global batch (strong scaling) gives theirs.")  # fmt: skip
-        elif top.speedup_low > 1.0 and _busier(points, top):
-            verdict = ("with the same work per step, so the devices' op streams together kept the cores "
-                       "busier than one device's did (the cores line below).")  # fmt: skip
         elif top.speedup_low > 1.0:
-            verdict = ("with the same work per step, though the cores line below shows no busier cores (or "
-                       "was not measured): this study does not separate what made it faster.")  # fmt: skip
+            verdict = f"with the same images per step; {why_faster(top.speedup_low, *_cores_of(points, top))}"
         elif top.speedup_high < 1.0:
             verdict = ("a loss: the strategy's work each step (splitting each batch onto the devices, "
                        "summing the gradients) can cost more than a second stream fills; this study does not "

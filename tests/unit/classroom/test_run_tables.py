@@ -370,3 +370,21 @@ def test_a_run_of_lesson_14_alone_rewrites_only_its_blocks_from_its_records(tmp_
     assert mine["2-worker step: predicted, measured (range), error"].endswith(f", {predicted['error']:+.0%}")
     assert mine["minutes to the target test accuracy"].startswith("0.4: ") and "3 blocks of 5 steps" in guide
     assert "2026-11-25 19:00:00" in guide and "AMD EPYC" in guide
+
+
+def test_the_guides_speed_reading_gives_busier_cores_only_their_own_share_of_a_speed_up():
+    from mgtutor.classroom.learner_figures import _speed
+
+    def reading(spread: tuple[float, float], cores: dict[str, float]) -> str:
+        eight = {"strong_speedup": {"1": 1.0, "2": sum(spread) / 2}, "strong_speedup_spread": {
+            "1": [1.0, 1.0], "2": list(spread)}, "weak_speedup": {"1": 1.0}, "weak_speedup_spread": {},
+            "strong_cores_used": cores, "op_cores": 1.0}  # fmt: skip
+        return _speed({"08": eight})
+
+    # Lesson 08 on the Xeon with AMX: x1.07 (1.04-1.09) beside 1.83 -> 1.86 cores (x1.02): not the cause.
+    little = reading((1.04, 1.09), {"1": 1.83, "2": 1.86})
+    assert "only x1.02 busier, less than the speed-up" in little and "each image took less CPU time" in little
+    assert "likely source" not in little and "can account" not in little
+    assert "x1.25 busier, as much as the speed-up" in reading((1.04, 1.09), {"1": 1.5, "2": 1.875})
+    assert "a slowdown" in reading((0.85, 0.95), {"1": 1.8, "2": 1.9})
+    assert "No difference beyond the spread." in reading((0.95, 1.05), {"1": 1.8, "2": 1.9})
