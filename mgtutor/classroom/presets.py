@@ -92,7 +92,8 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "TRAIN_SAMPLES": (512, "every drill needs at most 256 images"),
         },
         "16_capstone": {
-            "MINUTES": (0.75, "the budget fits whatever trains in it: each size and lookahead still run"),
+            "MINUTES": (0.75, "its training is planned to the budget from timed batches: each size and "
+                              "lookahead still run"),
         },
     },
 }
