@@ -71,8 +71,8 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "SWEEP": ([16, 32, 64], "three batch sizes still draw the curve's bend"),
             "STUDY_SAMPLES": (256, "the scaling study still times every device count on them")},  # fmt: skip
         "09_parameter_averaging": {
-            "TRAIN_SAMPLES": (4096, "every frequency still gets its rounds; the curves still separate"),
-            "EVALS": (3, "three points a curve still show the order of the frequencies"),
+            "TRAIN_SAMPLES": (4096, "every frequency still gets its rounds"),
+            "EVALS": (3, "three evaluations a curve: its start, middle and end"),
         },
         "10_multi_worker": _FEWER_IMAGES,
         "11_where_time_goes": {**_FEWER_IMAGES,
