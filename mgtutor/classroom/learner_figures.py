@@ -180,8 +180,9 @@ def _speed(r: Records) -> str:
         low, high = strong[top]
         if low > 1:
             cores = eight["strong_cores_used"]
-            reading = f"On {top} devices, a speed-up: " + why_faster(low, cores.get("1"), cores.get(top),
-                                                                    where="the cores figure")
+            why = why_faster(eight["strong_speedup"][top], low, cores.get("1"), cores.get(top),
+                             where="the cores figure")
+            reading = f"On {top} devices, a speed-up: {why}"
         elif high < 1:
             reading = (f"On {top} devices, a slowdown: the strategy's work each step (splitting each batch "
                        "onto the devices, summing the gradients) can cost more than a second stream fills; "

@@ -202,20 +202,27 @@ def _best_speedup(points: Sequence[Point]) -> Point:
     return max((p for p in points if p.devices == most), key=lambda p: p.speedup)
 
 
-def why_faster(speedup_low: float, cores_before: float | None, cores_after: float | None,
-               where: str = "the cores line below") -> str:
+def why_faster(speedup: float, speedup_low: float, cores_before: float | None,
+               cores_after: float | None, where: str = "the cores line below") -> str:
     """What the cores line can say of a speed-up whose range lies above 1, in proportion to it: busier
     cores carry at most their own ratio of speed; beyond it, each image took less CPU time."""
     if cores_before is None or cores_after is None:
         return "the cores were not measured: this study does not separate what made it faster."
     ratio = cores_after / cores_before
+    places = 2  # a digit more where the two would print alike, so that the words read true beside them
+    while places < 4 and f"{ratio:.{places}f}" == f"{speedup_low:.{places}f}":
+        places += 1
+    busier, low = f"x{ratio:.{places}f} busier", f"{speedup_low:.{places}f}"
+    if ratio >= speedup:
+        return (f"{where} shows them {busier}, as much as the speed-up: busier cores can account for it, "
+                "though this study does not measure them as its cause.")
     if ratio >= speedup_low:
-        return (f"{where} shows them x{ratio:.2f} busier, as much as the speed-up: busier cores "
-                "can account for it, though this study does not measure them as its cause.")
+        return (f"{where} shows them {busier}, within the speed-up's range (from {low}): busier cores can "
+                "account for much of it, perhaps all; this study does not take it apart.")
     rest = "each image took less CPU time, which this study does not take apart."
     if ratio > 1:
-        return (f"{where} shows them only x{ratio:.2f} busier, less than the speed-up: beyond "
-                f"that, {rest}")
+        return (f"{where} shows them only {busier}, below the speed-up's range (from {low}): beyond that, "
+                f"{rest}")
     return f"{where} shows no busier cores (x{ratio:.2f}): {rest}"
 
 
@@ -240,7 +247,8 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequenc
             verdict = ("the devices and a larger global batch together, so no verdict on the devices alone: "
                        "a fixed global batch (strong scaling) gives theirs.")  # fmt: skip
         elif top.speedup_low > 1.0:
-            verdict = f"with the same images per step; {why_faster(top.speedup_low, *_cores_of(points, top))}"
+            why = why_faster(top.speedup, top.speedup_low, *_cores_of(points, top))
+            verdict = f"with the same images per step; {why}"
         elif top.speedup_high < 1.0:
             verdict = ("a loss: the strategy's work each step (splitting each batch onto the devices, "
                        "summing the gradients) can cost more than a second stream fills; this study does not "
@@ -277,7 +285,8 @@ def _context_lines(kind: str, points: Sequence[Point], reused: Sequence[Run]) ->
     mirrored = [p for p in points if p.devices > 1 and p.run.strategy == "mirrored"]
     if kind == "logical-cpu" and any(p.run not in reused for p in mirrored):
         lines.append(
-            "MirroredStrategy's own per-step work on CPUs, named above, is measured alone by "
+            "MirroredStrategy's own per-step work on CPUs (splitting each batch, summing the gradients) is "
+            "measured alone by "
             "benchmarks/bench_parallel.py, and --strategy towers shows the split without it."
         )
     return lines

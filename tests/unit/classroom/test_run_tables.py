@@ -383,8 +383,12 @@ def test_the_guides_speed_reading_gives_busier_cores_only_their_own_share_of_a_s
 
     # Lesson 08 on the Xeon with AMX: x1.07 (1.04-1.09) beside 1.83 -> 1.86 cores (x1.02): not the cause.
     little = reading((1.04, 1.09), {"1": 1.83, "2": 1.86})
-    assert "only x1.02 busier, less than the speed-up" in little and "each image took less CPU time" in little
-    assert "likely source" not in little and "can account" not in little
-    assert "x1.25 busier, as much as the speed-up" in reading((1.04, 1.09), {"1": 1.5, "2": 1.875})
+    assert "only x1.02 busier, below the speed-up's range (from 1.04)" in little
+    assert "each image took less CPU time" in little and "can account" not in little
+    # The next run: 1.22 (1.0983-1.34) beside 1.7250 -> 1.8892 (x1.0952): both print 1.10, so a digit more.
+    close = reading((1.0983, 1.3417), {"1": 1.7250, "2": 1.8892})
+    assert "only x1.095 busier, below the speed-up's range (from 1.098)" in close
+    assert "within the speed-up's range (from 1.04)" in reading((1.04, 1.09), {"1": 1.5, "2": 1.59})
+    assert "x1.25 busier, as much as the speed-up:" in reading((1.04, 1.09), {"1": 1.5, "2": 1.875})
     assert "a slowdown" in reading((0.85, 0.95), {"1": 1.8, "2": 1.9})
     assert "No difference beyond the spread." in reading((0.95, 1.05), {"1": 1.8, "2": 1.9})
