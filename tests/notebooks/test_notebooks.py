@@ -617,6 +617,9 @@ def _(records: dict, p: dict) -> None:
     assert baseline["workers"] == scaling["strong 2"]["rate"]
     ratio, low, high = baseline["workers_vs_process"]
     assert low <= ratio <= high
+    # What the slice and the all-reduce leave of the free-link ideal: the workers' rate is read against it.
+    left = baseline["ideal_workers"] * (1 - baseline["sync_share"])
+    assert baseline["slice_and_sync_leave"] == pytest.approx(left)
     # The link: the lesson's fit is the package's fit, latency and bandwidth positive.
     link, logical = records["link"], records["logical_link"]
     assert link["sizes"] == [4096 * 4**k for k in range(6)] and all(s > 0 for s in link["seconds"])
