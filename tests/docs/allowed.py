@@ -321,6 +321,12 @@ ALLOWED: list[Allowed] = [
     ),
     Allowed(
         "docs/teachers.md",
+        r"20 steps apart from the pinned workers, are allowed 1e-3",
+        "bound",
+        "lesson 17's notebook test: float32 rounding grown by 20 steps of training, on every run",
+    ),
+    Allowed(
+        "docs/teachers.md",
         r"aims at a peak of at most 3,000 MiB \(2\.9 GiB\) for each notebook",
         "bound",
         "the low-memory preset's aim, presets.LOW_MEMORY_PEAK_MB",
