@@ -20,6 +20,9 @@ class ChildMemory:
         self.peak_mb = 0.0
         self.last_mb = 0.0
         self._stop = threading.Event()
+        # The sampler and `mark` both raise peak_mb: unlocked, a sample read before a mark could write
+        # its smaller peak back over the mark's (seen: peak 127 MB below a mark of 210).
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     @staticmethod
@@ -36,12 +39,16 @@ class ChildMemory:
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak_mb = max(self.peak_mb, self._children_mb())
+            sampled = self._children_mb()
+            with self._lock:
+                self.peak_mb = max(self.peak_mb, sampled)
 
     def mark(self, **_hook_arguments: object) -> None:
         """Sample now and keep it as ``last_mb`` (usable as nbclient's ``on_cell_executed`` hook)."""
-        self.last_mb = self._children_mb()
-        self.peak_mb = max(self.peak_mb, self.last_mb)
+        sampled = self._children_mb()
+        with self._lock:
+            self.last_mb = sampled
+            self.peak_mb = max(self.peak_mb, sampled)
 
     def __enter__(self) -> ChildMemory:
         self._thread.start()

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import QUICK_TIER, ROOT, run_child
 
 
@@ -26,6 +28,7 @@ def _marker_expression(target: str) -> str | None:
     return options[options.index("-m") + 1] if "-m" in options else None
 
 
+@pytest.mark.slow  # collects the suite twice in a child: 20 s; make test's 3 minutes: in make test-all
 def test_the_quick_tier_and_the_slow_marker_make_the_whole_suite():
     quick, everything = _marker_expression("test"), _marker_expression("test-all")
     assert quick == QUICK_TIER and everything is None  # test-all selects every test
@@ -48,6 +51,7 @@ def test_the_quick_tier_and_the_slow_marker_make_the_whole_suite():
     assert not any("test_solution_on_real_data" in test for test in ids["quick"])
 
 
+@pytest.mark.slow  # a pytest child: 6 s; make test's 3 minutes: in make test-all
 def test_a_hung_test_fails_at_the_suites_timeout_with_its_stack():
     # The suite's own configuration (pyproject's `timeout`), shortened: a test that hangs (a
     # deadlocked all-reduce) must fail with its stack, not hang the run until CI's limit.

@@ -215,6 +215,7 @@ def test_failing_notebook_stops_the_run_and_keeps_what_completed(tiny_series, tm
     assert all((run_dir / link).is_file() for link in table.links)
 
 
+@pytest.mark.slow  # a kernel: 6 s; make test's 3 minutes: in make test-all
 def test_a_hung_cell_is_stopped_at_the_cell_timeout_and_reported(tiny_series, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(runner, "CELL_TIMEOUT_SECONDS", 3)
     _notebook(tiny_series / "01_second.ipynb", "EPOCHS = 3", "import time\ntime.sleep(600)  # a deadlock")

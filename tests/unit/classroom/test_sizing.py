@@ -103,6 +103,7 @@ def _slow_laptop_tiny(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(runner, "_preflight", lambda: {"preflight": [], "reference_images_per_s": rate})
 
 
+@pytest.mark.slow  # a tiny series in kernels: 6-17 s; make test's 3 minutes: in make test-all
 def test_make_run_takes_the_preset_past_the_target_below_the_command_line_and_records_it(
     tiny_series, tmp_path, monkeypatch, capsys  # noqa: F811
 ):
@@ -121,6 +122,7 @@ def test_make_run_takes_the_preset_past_the_target_below_the_command_line_and_re
     assert html.escape(summary["sizing"]["said"]) in (run_dir / "index.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # a tiny series in kernels: 6-17 s; make test's 3 minutes: in make test-all
 @pytest.mark.parametrize("preset", [None, NONE])
 def test_make_run_keeps_the_defaults_within_the_target_or_when_told(
     tiny_series, tmp_path, monkeypatch, preset  # noqa: F811
@@ -132,6 +134,7 @@ def test_make_run_keeps_the_defaults_within_the_target_or_when_told(
     assert summary["estimate_seconds"] == round(summary["sizing"]["defaults_seconds"], 1)
 
 
+@pytest.mark.slow  # a tiny series in kernels: 6-17 s; make test's 3 minutes: in make test-all
 def test_a_recipe_or_no_preflight_is_never_sized(tiny_series, tmp_path, monkeypatch):  # noqa: F811
     _slow_laptop_tiny(monkeypatch, 2 * TARGET_SECONDS)
     for run_dir in (runner.run_series(tiny_series, tmp_path / "plain", {}),

@@ -426,6 +426,7 @@ def test_the_time_to_accuracy_record_survives_a_restart_in_its_file(tmp_path):
     assert again.last_test is not None and again.last_test >= again.started  # when its last test ended
 
 
+@pytest.mark.slow  # trains, saves and resumes: 17 s; make test's 3 minutes: in make test-all
 def test_the_whitening_bias_learns_for_its_epochs_then_freezes_and_a_resumed_run_keeps_it_frozen(tmp_path):
     import keras
 
@@ -487,6 +488,7 @@ def test_lesson_16s_parameters_default_to_the_recipe_in_hyp():
     assert tied == {key: list(HYP[key]) if isinstance(HYP[key], tuple) else HYP[key] for key in tied}
 
 
+@pytest.mark.slow  # 12 s; make test's 3 minutes: in make test-all
 def test_train_recipe_trains_by_hyp_its_bias_for_its_epochs_lookahead_to_the_last_step():
     import keras
     import tensorflow as tf
