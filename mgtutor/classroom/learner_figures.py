@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mgtutor.speed.link import ratio_figure
-from mgtutor.speed.reading import why_faster
+from mgtutor.speed.reading import why_faster, why_slower
 
 Records = dict[str, dict[str, Any]]  # "02" -> that notebook's records
 # What each bullet reads of each lesson's records (the tests check that every lesson records these).
@@ -184,9 +184,7 @@ def _speed(r: Records) -> str:
                              where="the cores figure")
             reading = f"On {top} devices, a speed-up: {why}"
         elif high < 1:
-            reading = (f"On {top} devices, a slowdown: the strategy's work each step (splitting each batch "
-                       "onto the devices, summing the gradients) can cost more than a second stream fills; "
-                       "the lesson does not separate the two.")
+            reading = f"On {top} devices, a slowdown: {why_slower('the lesson')}"
         else:
             reading = "No difference beyond the spread."
         text += (f" Why (section 4): cores kept busy while training, {busy}; one convolution alone keeps "

@@ -226,6 +226,12 @@ def why_faster(speedup: float, speedup_low: float, cores_before: float | None,
     return f"{where} shows no busier cores (x{ratio:.2f}): {rest}"
 
 
+def why_slower(who: str = "this study") -> str:
+    """What a slowdown whose range lies below 1 can be read as: `who` names what did not take it apart."""
+    return ("the strategy's work each step (splitting each batch onto the devices, summing the gradients) "
+            f"can cost more than a second stream fills; {who} does not separate the two.")
+
+
 def _cores_of(points: Sequence[Point], top: Point) -> tuple[float | None, float | None]:
     """The cores kept busy by the fewest devices' run and by `top`'s (same pipeline)."""
     first = min((p for p in points if p.pipeline == top.pipeline), key=lambda p: p.devices)
@@ -250,9 +256,7 @@ def _hardware_line(kind: str, counts: Sequence[int], cores: int, points: Sequenc
             why = why_faster(top.speedup, top.speedup_low, *_cores_of(points, top))
             verdict = f"with the same images per step; {why}"
         elif top.speedup_high < 1.0:
-            verdict = ("a loss: the strategy's work each step (splitting each batch onto the devices, "
-                       "summing the gradients) can cost more than a second stream fills; this study does not "
-                       "separate the two.")  # fmt: skip
+            verdict = f"a loss: {why_slower()}"
         else:
             verdict = "no difference measured beyond the spread."
         return (
