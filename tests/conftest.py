@@ -30,36 +30,37 @@ if not os.environ.get("MGTUTOR_DATA_DIR") and _SHARED_DATA.is_dir():
     os.environ["MGTUTOR_DATA_DIR"] = str(_SHARED_DATA)
 
 
-# Seconds the slow tests take on a 2-core machine under `make test-all`'s own load (its --durations, the CI
-# rehearsal of 2026-11-29 on the Xeon with AMX; tests not in that list: measured alone 2026-11-25), so
-# that the longest start first and the workers end together; any other test takes about a second. Tests
-# that read a background child's result (see BACKGROUND) come after the slow ones, when it is most likely
-# there. Lesson 17 and the Slurm tests share one cluster lock: 17 starts first.
+# Seconds the slow tests take on a 2-core machine under `make test-all`'s own load (its JUnit report, the CI
+# rehearsal of 2026-11-30 00:31 on the Xeon with AMX: every test of 18 s or more), so that the longest start
+# first and the workers end together; any other test takes about a second. Tests that read a background
+# child's result (see BACKGROUND) come after the slow ones, when it is most likely there. Lesson 17 and the
+# Slurm tests share one cluster lock: 17 starts first. The lessons' keys are read for the sweep's draw too.
 SECONDS = {
-    "again_on_the_real_data[17": 260, "again_on_the_real_data[12": 140,
-    "any_data[15": 85, "again_on_the_real_data[08": 115,
-    "any_data[11": 70, "again_on_the_real_data[07": 150,
-    "again_on_the_real_data[14": 150, "solution_on_real_data[11": 25,
-    "script_on_two_nodes": 100, "again_on_the_real_data[16": 72,
-    "again_on_the_real_data[10": 72, "again_on_the_real_data[09": 56,
-    "make_run_end_to_end": 54, "any_data[13": 35,
-    "runs_killed_mid_epoch_resume": 48, "any_data[18": 32,
-    "solution_on_real_data[10": 31, "seed_000_runs": 28, "solution_on_real_data[08": 26,
-    "any_data[05": 45,
-    "solution_on_real_data[07": 23, "again_on_the_real_data[03": 21,
-    "again_on_the_real_data[06": 20,
-    "solution_on_real_data[05": 16, "solution_on_real_data[06": 16, "solution_on_real_data[09": 15,
-    "again_on_the_real_data[04": 15, "killed_worker_then_restart": 15,
-    "again_on_the_real_data[02": 13, "solution_on_real_data[04": 12,
-    "solution_on_real_data[02": 10, "two_workers_train_identical": 9, "cli_study_on_one_and_two": 9,
-    "solution_on_real_data[03": 8, "saved_on_1_device_loads_on_4": 8, "mirrored_strategy_matches_keras": 7,
-    "isolated_workers_listen_on_no_port": 12, "solution_on_real_data[13": 40,
-    "every_stage_trains_like_data_parallelism": 45, "solution_on_real_data[14": 30,
-    "solution_on_real_data[15": 60, "solution_on_real_data[18": 40,
-    "doctor_runs_the_seeded_worker": 40, "full_disk_names_the_folder_and_the_bytes_and_the_run": 40,
-    "on_1_worker_after_2_the_trainer": 45, "live_runs_folder_is_refused": 30,
-    "jax_route_needs_no_tensorflow": 40, "killed_mid_run_resumes_from_its_checkpoint": 25,
-    "jax_route_resumes_exactly": 25, "solution_on_real_data[17": 20,
+    "again_on_the_real_data[17": 425, "any_data[15": 193, "again_on_the_real_data[07": 175,
+    "script_on_two_nodes": 160, "again_on_the_real_data[16": 154, "again_on_the_real_data[10": 151,
+    "again_on_the_real_data[08": 147, "again_on_the_real_data[14": 134, "again_on_the_real_data[12": 132,
+    "solution_on_real_data[10": 102, "any_data[11": 91, "again_on_the_real_data[09": 89,
+    "last_checkpoint[8]": 89, "make_run_end_to_end": 78, "jax_route_needs_no_tensorflow": 76,
+    "a_good_set_up_passes": 74, "cli_study_on_one_and_two": 72, "again_on_the_real_data[04": 69,
+    "isolated_workers_listen_on_no_port": 63, "runs_killed_mid_epoch_resume": 60,
+    "jax_route_resumes_exactly": 59, "last_checkpoint[4]": 58, "the_shards_hold": 49, "any_data[13": 48,
+    "solution_on_real_data[11": 44, "solution_on_real_data[08": 43, "again_on_the_real_data[06": 43,
+    "solution_on_real_data[09": 42, "again_on_the_real_data[02": 42, "the_quick_tier": 42,
+    "resumed_on_1_worker_after": 42, "any_data[05": 41, "resumed_on_4_replicas_after": 41,
+    "one_device_gradients[GPipe-2-1]": 40, "solution_on_real_data[17": 40, "accumulating_workers_killed": 39,
+    "solution_on_real_data[18": 39, "two_workers_accumulating": 38, "again_on_the_real_data[03": 38,
+    "solution_on_real_data[15": 34, "solution_on_real_data[07": 34, "solution_on_real_data[12": 34,
+    "two_workers_train_identical": 32, "solution_on_real_data[14": 31, "train_recipe_trains": 31,
+    "two_replicas_accumulate": 31, "solution_on_real_data[13": 30, "seed_000_runs": 30,
+    "jupyterlab_runs_notebook": 29, "any_data[18": 28, "the_whitening_bias": 28,
+    "saved_on_1_device_loads_on_4": 28, "resumed_on_4_replicas_a_model": 28, "solution_on_real_data[16": 27, "a_save_killed": 26,
+    "solution_on_real_data[06": 26, "mirrored_strategy_matches_keras": 26, "a_job_killed": 25,
+    "be_imported[": 25, "frequency_one_equals_synchronous_training[sgd]": 25,
+    "full_disk_names_the_folder_and_the_bytes_and_the_run": 25, "solution_on_real_data[03": 24,
+    "solution_on_real_data[02": 23, "resumed_on_1_worker_a_model": 22, "doctor_runs_the_seeded_worker": 21,
+    "a_second_run_on": 21, "solution_on_real_data[05": 21, "solution_on_real_data[04": 20,
+    "again_on_the_real_data[01": 20, "one_step_compiled": 18, "every_stage_trains_like_data_parallelism": 18,
+    "make_run_runs": 18,
 }  # fmt: skip
 
 
