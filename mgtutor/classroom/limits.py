@@ -170,6 +170,9 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {}
 
 
+MAX_RATE_PER_IMAGE = 0.005  # lesson 09: LEARNING_RATE / BATCH_SIZE_PER_REPLICA, measured below
+
+
 @_lesson("09_parameter_averaging")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     batch = _common(p, problems, at_least=2, why="averaging needs at least two workers")
@@ -180,6 +183,15 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _whole(p, "EVALS", 1, "evaluations", problems)
     if not batch:
         return {}
+    # A worker's SGD step is the rate over its own batch: at 0.02 / 2 images the workers that average every
+    # 10 steps diverged (their spread 3e4, accuracy at chance, synthetic stand-in), 0.02 / 1 every variant;
+    # 0.02 / 4 trained all. The linear rule (lesson 08) carries that bound to other rates.
+    rate, per_replica = p.get("LEARNING_RATE"), int(p["BATCH_SIZE_PER_REPLICA"])
+    if isinstance(rate, int | float) and rate / per_replica > MAX_RATE_PER_IMAGE:
+        fewest, most = math.ceil(round(rate / MAX_RATE_PER_IMAGE, 9)), MAX_RATE_PER_IMAGE * per_replica
+        problems.append(f"LEARNING_RATE={rate} over BATCH_SIZE_PER_REPLICA={per_replica} is "
+                        f"{rate / per_replica:.3g} an image; above {MAX_RATE_PER_IMAGE} the workers' SGD "
+                        f"diverged: give BATCH_SIZE_PER_REPLICA >= {fewest} or LEARNING_RATE <= {most:.3g}.")
     rounds = int(p["TRAIN_SAMPLES"]) // batch  # rounds the training set holds: one batch per worker each
     # Seed 004 averages every 3 rounds; 12 rounds show 4 averagings, fewer data show fewer.
     _at_least(rounds, 3, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} holds {rounds} round(s) of {batch} images "

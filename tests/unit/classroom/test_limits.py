@@ -130,6 +130,19 @@ def test_a_value_given_that_cannot_work_is_refused_with_the_fix():
     assert lesson_plan("no_such_lesson", {}) == {}
 
 
+def test_lesson_09_refuses_a_step_per_image_its_workers_diverged_at():
+    # The sweep drew BATCH_SIZE_PER_REPLICA=1 at LEARNING_RATE=0.02: every variant's weights grew past 1e14.
+    p09 = {**notebook_parameters(ROOT / "notebooks" / "09_parameter_averaging.ipynb"), "TRAIN_SAMPLES": 1024}
+    refused = (r"LEARNING_RATE=0.02 over BATCH_SIZE_PER_REPLICA=1 is 0.02 an image; above 0.005 .* "
+               r"give BATCH_SIZE_PER_REPLICA >= 4 or LEARNING_RATE <= 0.005")
+    with pytest.raises(ValueError, match=refused):
+        lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 1})
+    with pytest.raises(ValueError, match=r"BATCH_SIZE_PER_REPLICA >= 4 or LEARNING_RATE <= 0.01\."):
+        lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 2})
+    assert lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 4})["seed_rounds"] == 12
+    assert lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 2, "LEARNING_RATE": 0.01})
+
+
 def test_lesson_12s_sets_split_over_the_devices_and_the_refusal_names_the_set():
     p12 = notebook_parameters(ROOT / "notebooks" / "12_keras_on_jax.ipynb")
     # Issue 58: at 3 devices the test set's 1,000 left a last batch of 40; it was named "Train on ... 999".
