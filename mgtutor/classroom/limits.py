@@ -1,10 +1,8 @@
 """What each lesson needs of its parameters, in one place: the notebook's first cells and `make run` read it.
 
-`lesson_plan(lesson, parameters)` refuses values a lesson cannot honour (one
-ValueError naming each parameter, the minimum and why) and returns the step
-counts the lesson derives from them (07's save and kill steps, 09's rounds,
-10's checkpoint and kill steps). It imports nothing heavy: the series runner
-checks every lesson with it before the first one starts.
+`lesson_plan(lesson, parameters)` refuses values a lesson cannot honour (one ValueError naming each
+parameter, the minimum and why) and returns the step counts it derives from them (07's save and kill steps,
+09's rounds, 10's checkpoint and kill steps). It imports nothing heavy: `make run` checks every lesson first.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from mgtutor.classroom.limit_checks import (
     _multiple_of_devices,
     _no_empty_replica,
     _parity,
+    _rate_per_image,
     _whole,
     _wholes,
     _within,
@@ -170,9 +169,6 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {}
 
 
-MAX_RATE_PER_IMAGE = 0.005  # lesson 09: LEARNING_RATE / BATCH_SIZE_PER_REPLICA, measured below
-
-
 @_lesson("09_parameter_averaging")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     batch = _common(p, problems, at_least=2, why="averaging needs at least two workers")
@@ -183,15 +179,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _whole(p, "EVALS", 1, "evaluations", problems)
     if not batch:
         return {}
-    # A worker's SGD step is the rate over its own batch: at 0.02 / 2 images the workers that average every
-    # 10 steps diverged (their spread 3e4, accuracy at chance, synthetic stand-in), 0.02 / 1 every variant;
-    # 0.02 / 4 trained all. The linear rule (lesson 08) carries that bound to other rates.
-    rate, per_replica = p.get("LEARNING_RATE"), int(p["BATCH_SIZE_PER_REPLICA"])
-    if isinstance(rate, int | float) and rate / per_replica > MAX_RATE_PER_IMAGE:
-        fewest, most = math.ceil(round(rate / MAX_RATE_PER_IMAGE, 9)), MAX_RATE_PER_IMAGE * per_replica
-        problems.append(f"LEARNING_RATE={rate} over BATCH_SIZE_PER_REPLICA={per_replica} is "
-                        f"{rate / per_replica:.3g} an image; above {MAX_RATE_PER_IMAGE} the workers' SGD "
-                        f"diverged: give BATCH_SIZE_PER_REPLICA >= {fewest} or LEARNING_RATE <= {most:.3g}.")
+    _rate_per_image(p, problems)
     rounds = int(p["TRAIN_SAMPLES"]) // batch  # rounds the training set holds: one batch per worker each
     # Seed 004 averages every 3 rounds; 12 rounds show 4 averagings, fewer data show fewer.
     _at_least(rounds, 3, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} holds {rounds} round(s) of {batch} images "
