@@ -66,6 +66,48 @@ def _rate_per_image(p: Mapping[str, Any], problems: list[str]) -> None:
                         f"diverged: give BATCH_SIZE_PER_REPLICA >= {fewest} or LEARNING_RATE <= {most:.3g}.")
 
 
+# Lesson 15's small device must run out of memory: the share's layer outputs (float32, as the lesson counts
+# them), counted once, above MEMORY_BUDGET_MB. Measured (oneDNN off, as the drill runs), a step's peak on
+# CIFAR-10 at 128 to 512 images: 125 to 368 MiB, 62 MiB plus about 0.65 MiB an image for 0.71 counted; on
+# MNIST's 0.53 about 0.4 at 512 to 1,024. The fixed part covers the shortfall up to a device of
+# 256 MiB, not beyond: there a share the count says cannot fit can fit. The sweep drew OOM_BATCH=1, 128
+# and MEMORY_BUDGET_MB=256 (at the other's default): each fitted, and the drill showed no symptom.
+SEED_CNN_IMAGE_SIDES = {"cifar10": (32, 32), "mnist": (28, 28)}
+MAX_MEMORY_BUDGET_MB = 256
+
+
+def seed_cnn_floats(height: int, width: int, classes: int = 10) -> int:
+    """Every layer's output of `build_seed_cnn(..., dropout=False)` for one image, in numbers."""
+    half_h, half_w = (height - 2) // 2, (width - 2) // 2  # after the first valid conv and pooling
+    quarter = ((half_h - 2) // 2) * ((half_w - 2) // 2)
+    convs = (32 * (height * width + (height - 2) * (width - 2))
+             + 64 * (half_h * half_w + (half_h - 2) * (half_w - 2)))  # fmt: skip
+    return 2 * convs + 32 * half_h * half_w + 2 * 64 * quarter + 2 * (512 + classes)  # 2: Activation, Flatten
+
+
+def _memory_drill(p: Mapping[str, Any], problems: list[str]) -> None:
+    budget_ok = _whole(p, "MEMORY_BUDGET_MB", 100, "the seed CNN's weights, gradients and workspaces need it",
+                       problems)  # fmt: skip
+    if budget_ok and p["MEMORY_BUDGET_MB"] > MAX_MEMORY_BUDGET_MB:
+        budget_ok = False
+        problems.append(f"MEMORY_BUDGET_MB={p['MEMORY_BUDGET_MB']} must be <= {MAX_MEMORY_BUDGET_MB}: the "
+                        "drill's small device, where a share whose layer outputs exceed it runs out (on a "
+                        "larger one, a step's peak grows by less than its outputs, and such a share can fit)."
+                        )  # fmt: skip
+    sides = SEED_CNN_IMAGE_SIDES.get(p.get("DATASET")) if p.get("DATA_PATH") is None else None
+    if not (_whole(p, "OOM_BATCH", 1, "a count", problems) and budget_ok and sides):
+        return  # a learner's own images: their size is known once they are read
+    budget, share = int(p["MEMORY_BUDGET_MB"]), int(p["OOM_BATCH"])
+    per_image = 4 * seed_cnn_floats(*sides)
+    if share * per_image <= budget * 2**20:
+        fewest, most = budget * 2**20 // per_image + 1, math.ceil(share * per_image / 2**20) - 1
+        lower = f" or MEMORY_BUDGET_MB <= {most}" if most >= 100 else ""
+        problems.append(f"OOM_BATCH={share} images could fit in MEMORY_BUDGET_MB={budget}: the drill's "
+                        f"device must run out, and the seed CNN's layer outputs on {p['DATASET']} take "
+                        f"{per_image / 2**20:.2f} MiB an image: give OOM_BATCH >= {fewest}{lower}."
+                        )  # fmt: skip
+
+
 def _enough_for(p: Mapping[str, Any], batch: int, batches: int, what: str, problems: list[str]) -> None:
     _at_least(
         int(p["TRAIN_SAMPLES"]), batches * batch,

@@ -17,6 +17,7 @@ from mgtutor.classroom.limit_checks import (
     _at_least,
     _common,
     _enough_for,
+    _memory_drill,
     _multiple_of_devices,
     _no_empty_replica,
     _parity,
@@ -264,8 +265,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     for name, why in _DRILL_STEPS.items():
         if _whole(p, name, 0, why, problems) and steps and p[name] >= p["STEPS"]:
             problems.append(f"{name}={p[name]} must be a step of the job: < STEPS={p['STEPS']}.")
-    for name in ("CHECK_EVERY", "OOM_BATCH"):
-        _whole(p, name, 1, "a count", problems)
+    _whole(p, "CHECK_EVERY", 1, "a count", problems)
     tutorial = p.get("TUTORIAL_SECONDS")
     if not (is_real(tutorial) and tutorial >= 10):
         problems.append(f"TUTORIAL_SECONDS must be a number >= 10 (the tutorial's first step traces its "
@@ -276,7 +276,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if is_real(watchdog) and is_real(timeout) and not 0 < watchdog < timeout:
         problems.append(f"WATCHDOG_SECONDS={watchdog} must be > 0 and below COLLECTIVE_TIMEOUT={timeout}: "
                         "the stacks are printed before the timeout ends the job.")  # fmt: skip
-    _whole(p, "MEMORY_BUDGET_MB", 100, "the seed CNN's weights, gradients and workspaces need it", problems)
+    _memory_drill(p, problems)
     if batch and _whole(p, "NAN_REPLICA", 0, "the replica the blank image goes to", problems):
         if p["NAN_REPLICA"] >= p["N_DEVICES"]:
             problems.append(f"NAN_REPLICA={p['NAN_REPLICA']} names no replica: use < {p['N_DEVICES']}.")

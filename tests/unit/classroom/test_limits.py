@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -185,3 +186,36 @@ def test_the_runner_checks_every_lesson_before_the_first_starts(tmp_path, capsys
                      "-p", "N_DEVICES", "1"])  # fmt: skip
     assert stopped.value.code == 2 and "N_DEVICES must be a whole number >= 2" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_lesson_15_refuses_a_share_its_small_device_could_hold():
+    # The sweep drew OOM_BATCH=1, OOM_BATCH=128 and MEMORY_BUDGET_MB=256: each fitted, no symptom to show.
+    p15 = notebook_parameters(ROOT / "notebooks" / "15_when_it_breaks.ipynb")
+    with pytest.raises(ValueError, match=r"OOM_BATCH=1 images could fit in MEMORY_BUDGET_MB=128: .* on "
+                       r"cifar10 take 0.71 MiB an image: give OOM_BATCH >= 180\.$"):  # fmt: skip
+        lesson_plan("15_when_it_breaks", {**p15, "OOM_BATCH": 1})
+    with pytest.raises(ValueError, match=r"OOM_BATCH=128 .* give OOM_BATCH >= 180\.$"):
+        lesson_plan("15_when_it_breaks", {**p15, "OOM_BATCH": 128})
+    with pytest.raises(ValueError, match=r"give OOM_BATCH >= 360 or MEMORY_BUDGET_MB <= 182\.$"):
+        lesson_plan("15_when_it_breaks", {**p15, "MEMORY_BUDGET_MB": 256})
+    with pytest.raises(ValueError, match=r"MEMORY_BUDGET_MB=300 must be <= 256: "):
+        lesson_plan("15_when_it_breaks", {**p15, "MEMORY_BUDGET_MB": 300, "OOM_BATCH": 512,
+                                          "TRAIN_SAMPLES": 512})  # fmt: skip
+    with pytest.raises(ValueError, match=r"mnist take 0.53 MiB an image: .* >= 240 or .* <= 127\.$"):
+        lesson_plan("15_when_it_breaks", {**p15, "DATASET": "mnist", "OOM_BATCH": 239})
+    for taken in ({"OOM_BATCH": 180}, {"MEMORY_BUDGET_MB": 182}, {"DATASET": "mnist"},
+                  {"MEMORY_BUDGET_MB": 256, "OOM_BATCH": 360, "TRAIN_SAMPLES": 1024},
+                  {"DATA_PATH": "my_images.npz", "OOM_BATCH": 1}):  # fmt: skip
+        assert lesson_plan("15_when_it_breaks", {**p15, **taken}) == {}, taken
+
+
+def test_the_up_front_count_of_the_seed_cnns_outputs_is_the_lessons_keras_count():
+    import keras
+
+    from mgtutor import build_model
+    from mgtutor.classroom.limit_checks import seed_cnn_floats
+
+    for shape, classes in (((32, 32, 3), 10), ((28, 28, 1), 10), ((40, 36, 3), 7)):
+        model = build_model("seed_cnn", shape, classes, dropout=False)
+        outputs = keras.Model(model.inputs, [layer.output for layer in model.layers]).outputs
+        assert seed_cnn_floats(*shape[:2], classes) == sum(math.prod(o.shape[1:]) for o in outputs), shape
