@@ -53,13 +53,20 @@ def _common(p: Mapping[str, Any], problems: list[str], devices: str = "N_DEVICES
 
 # A worker's SGD step is LEARNING_RATE over its own batch. Lesson 09 at 0.02, synthetic stand-in: 2 images a
 # replica diverged where the workers average every 10 steps (spread 3e4, accuracy at chance), 1 image in every
-# variant; 4 trained all. The linear rule (lesson 08) carries that bound to other rates.
+# variant; 4 trained all. The linear rule (lesson 08) carries that bound to other rates, up to a rate the
+# network takes at all: at 0.04 with 16 images a replica the all-reduce and averaging every step diverged
+# (spreads past 1e17, accuracy at chance); 0.02, the lesson's own, trains.
 MAX_RATE_PER_IMAGE = 0.005
+MAX_LEARNING_RATE = 0.02
 
 
 def _rate_per_image(p: Mapping[str, Any], problems: list[str]) -> None:
     rate, per_replica = p.get("LEARNING_RATE"), int(p["BATCH_SIZE_PER_REPLICA"])
-    if isinstance(rate, int | float) and rate / per_replica > MAX_RATE_PER_IMAGE:
+    if isinstance(rate, int | float) and rate > MAX_LEARNING_RATE:
+        problems.append(f"LEARNING_RATE={rate} is above {MAX_LEARNING_RATE}: at 0.04 the workers' SGD "
+                        f"diverged (spreads past 1e17): give LEARNING_RATE <= {MAX_LEARNING_RATE}."
+                        )  # fmt: skip
+    elif isinstance(rate, int | float) and rate / per_replica > MAX_RATE_PER_IMAGE:
         fewest, most = math.ceil(round(rate / MAX_RATE_PER_IMAGE, 9)), MAX_RATE_PER_IMAGE * per_replica
         problems.append(f"LEARNING_RATE={rate} over BATCH_SIZE_PER_REPLICA={per_replica} is "
                         f"{rate / per_replica:.3g} an image; above {MAX_RATE_PER_IMAGE} the workers' SGD "
@@ -106,6 +113,42 @@ def _memory_drill(p: Mapping[str, Any], problems: list[str]) -> None:
                         f"device must run out, and the seed CNN's layer outputs on {p['DATASET']} take "
                         f"{per_image / 2**20:.2f} MiB an image: give OOM_BATCH >= {fewest}{lower}."
                         )  # fmt: skip
+
+
+def _capstone_sets(p: Mapping[str, Any], problems: list[str]) -> bool:
+    """Lesson 16's sets: None (the whole split), or counts; a test set worth reading. (Fewer training images
+    than BATCH_SIZE train: the endless stream repeats them to fill a batch.)"""
+    ok = True
+    if p.get("TRAIN_SAMPLES") is not None:
+        ok &= _whole(p, "TRAIN_SAMPLES", 1, "a count, or None for the whole split", problems)
+    if p.get("TEST_SAMPLES") is not None:
+        ok &= _whole(p, "TEST_SAMPLES", MIN_TEST_SAMPLES, f"{TOO_FEW_TO_TEST}; or None for the whole split",
+                     problems)  # fmt: skip
+    return ok
+
+
+def _capstone_arithmetic(p: Mapping[str, Any], devices: bool, problems: list[str]) -> None:
+    if p.get("PRECISION") not in (None, "float32", "mixed_bfloat16"):
+        problems.append(f"PRECISION must be None (the faster of the two, timed), \"float32\" or "
+                        f"\"mixed_bfloat16\", got {p.get('PRECISION')!r}.")  # fmt: skip
+    if p.get("XLA") not in (None, True, False):
+        problems.append(f"XLA must be None (the faster, timed; off on several devices), True or False, "
+                        f"got {p['XLA']!r}.")  # fmt: skip
+    elif p.get("XLA") is True and devices and p["N_DEVICES"] > 1:
+        # Measured: XLA's step on replica 0 reads replica 1's variables and fails
+        # ("Trying to access resource ... located in device CPU:1 from device CPU:0").
+        problems.append(f"XLA=True needs N_DEVICES=1, got N_DEVICES={p['N_DEVICES']}: XLA cannot "
+                        "compile a MirroredStrategy step over logical devices. Use XLA=False with more "
+                        "devices.")  # fmt: skip
+
+
+def _study_samples(p: Mapping[str, Any], glob: int, counts: list, problems: list[str]) -> None:
+    """Lesson 08's studies read STUDY_SAMPLES images: a strong batch, and a weak one on the most devices."""
+    per_replica, samples = p.get("BATCH_SIZE_PER_REPLICA"), p.get("STUDY_SAMPLES")
+    if is_whole(per_replica) and is_whole(samples) and samples >= 1:
+        _at_least(samples, max(glob, per_replica * max(counts, default=1)), "STUDY_SAMPLES must be >= "
+                  "{needed}: the studies fill one global batch of GLOBAL_BATCH, and one of "
+                  "BATCH_SIZE_PER_REPLICA x the most DEVICE_COUNTS.", problems)  # fmt: skip
 
 
 def _enough_for(p: Mapping[str, Any], batch: int, batches: int, what: str, problems: list[str]) -> None:

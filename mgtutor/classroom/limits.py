@@ -15,6 +15,8 @@ from typing import Any
 
 from mgtutor.classroom.limit_checks import (
     _at_least,
+    _capstone_arithmetic,
+    _capstone_sets,
     _common,
     _enough_for,
     _memory_drill,
@@ -22,6 +24,7 @@ from mgtutor.classroom.limit_checks import (
     _no_empty_replica,
     _parity,
     _rate_per_image,
+    _study_samples,
     _whole,
     _wholes,
     _within,
@@ -59,7 +62,8 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 
 @_lesson("01_prepare_data")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
-    _common(p, problems, fits=False)
+    if batch := _common(p, problems, fits=False):  # a whole global batch split (1 image: [1, 0])
+        _enough_for(p, batch, 1, "the split of a global batch over the replicas", problems)
     return {}
 
 
@@ -80,7 +84,11 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 
 @_lesson("04_multi_gpu_wrapping")
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
-    _parity(p, _common(p, problems, at_least=2, why=_TOWERS), problems)
+    batch = _common(p, problems, at_least=2, why=_TOWERS)
+    _parity(p, batch, problems)
+    if batch:  # its evaluation's last batch: partial, an image or more a replica, not split evenly
+        _at_least(int(p["BATCH_SIZE_PER_REPLICA"]), 2, "BATCH_SIZE_PER_REPLICA must be >= {needed}: the "
+                  "evaluation's hard case is a last batch with more images than N_DEVICES.", problems)
     return {"accuracy_gap_limit": ACCURACY_GAP_LIMIT}
 
 
@@ -167,6 +175,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
         if is_whole(p.get("TRAIN_SAMPLES")):
             _at_least(int(p["TRAIN_SAMPLES"]), max([glob, *sweep]), "TRAIN_SAMPLES must be >= {needed}: the "
                       "batch sweep and section 4 each take one batch of that size.", problems)  # fmt: skip
+        _study_samples(p, glob, counts, problems)
     return {}
 
 
@@ -350,13 +359,13 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
                               and all(is_whole(width) and width >= 1 for width in widths)):  # fmt: skip
         problems.append(f"WIDTHS must be the channels of the network's three blocks, three whole numbers "
                         f"such as [64, 128, 128] or airbench's [64, 256, 256], got {widths!r}.")  # fmt: skip
-    for name in ("TRAIN_SAMPLES", "TEST_SAMPLES"):
-        if p.get(name) is not None:
-            _whole(p, name, 1, "a count, or None for the whole split", problems)
     batch = _whole(p, "BATCH_SIZE", 1, "the global batch", problems)
     if batch and devices and p["BATCH_SIZE"] % p["N_DEVICES"]:
         problems.append(f"BATCH_SIZE={p['BATCH_SIZE']} must split evenly over N_DEVICES={p['N_DEVICES']}: "
                         "use a multiple of N_DEVICES.")  # fmt: skip
+    sets_ok = _capstone_sets(p, problems)
+    if batch and devices and sets_ok and not p["BATCH_SIZE"] % p["N_DEVICES"]:  # training drops a last part
+        _no_empty_replica({**p, "TRAIN_SAMPLES": None}, int(p["BATCH_SIZE"]), "N_DEVICES", problems)
     for name, meaning in (("MINUTES", "minutes, or None for every image every epoch"),
                           ("PEAK_LEARNING_RATE", "the learning rate at a global batch of 256")):  # fmt: skip
         value = p.get(name)
@@ -367,22 +376,11 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     _within(p, "WEIGHT_DECAY", 0.0, None, problems)
     if p.get("LOOKAHEAD") not in (True, False):
         problems.append(f"LOOKAHEAD must be True or False, got {p.get('LOOKAHEAD')!r}.")
-    if p.get("PRECISION") not in (None, "float32", "mixed_bfloat16"):
-        problems.append(f"PRECISION must be None (the faster of the two, timed), \"float32\" or "
-                        f"\"mixed_bfloat16\", got {p.get('PRECISION')!r}.")  # fmt: skip
-    if p.get("XLA") not in (None, True, False):
-        problems.append(f"XLA must be None (the faster, timed; off on several devices), True or False, "
-                        f"got {p['XLA']!r}.")  # fmt: skip
-    elif p.get("XLA") is True and devices and p["N_DEVICES"] > 1:
-        # Measured: XLA's step on replica 0 reads replica 1's variables and fails
-        # ("Trying to access resource ... located in device CPU:1 from device CPU:0").
-        problems.append(f"XLA=True needs N_DEVICES=1, got N_DEVICES={p['N_DEVICES']}: XLA cannot "
-                        "compile a MirroredStrategy step over logical devices. Use XLA=False with more "
-                        "devices.")  # fmt: skip
+    _capstone_arithmetic(p, devices, problems)
     return {}
 
 
-_IMAGE_VALUES = 32 * 32 * 3  # the MLP's input: a flattened CIFAR-10 image
+_IMAGE_VALUES = {"cifar10": 32 * 32 * 3, "mnist": 28 * 28}  # the MLP's input: a flattened image
 
 
 @_lesson("17_to_a_cluster")
@@ -427,9 +425,11 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if not devices:
         return {}
     n = int(p["N_DEVICES"])
-    if _IMAGE_VALUES % n:
-        problems.append(f"N_DEVICES={n} must divide the {_IMAGE_VALUES:,} values of an image (the first "
-                        "kernel's rows are split in N_DEVICES): use e.g. 2, 4, 6 or 8.")  # fmt: skip
+    values = _IMAGE_VALUES.get(p.get("DATASET")) if p.get("DATA_PATH") is None else None  # own: once read
+    if values and values % n:
+        fits = ", ".join(str(k) for k in range(2, 9) if values % k == 0)
+        problems.append(f"N_DEVICES={n} must divide the {values:,} values of an image (the first kernel's "
+                        f"rows are split in N_DEVICES): use one of {fits}.")  # fmt: skip
     width = p.get("WIDTH")
     if not (is_whole(width) and width >= n and width % n == 0):
         problems.append(f"WIDTH={width!r} must be a multiple of N_DEVICES={n}: the stages split its units "

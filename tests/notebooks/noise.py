@@ -101,12 +101,18 @@ def repeated_bullets(lines: list[str]) -> list[str]:
     return again
 
 
+# A worker's Python stack, dumped again: the watchdog's dump, then a fault's (SIGSEGV) of the same thread.
+STACK_HEADER = re.compile(r"(\[worker \d+\] )?(Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):")
+
+
 def repeated_lines(lines: list[str]) -> list[str]:
     """The long lines of one cell's output that it printed before."""
     seen: set[str] = set()
     again = []
     for line in lines:
         bullet = BULLET.fullmatch(line.rstrip())  # `repeated_bullets` reads those
+        if STACK_HEADER.fullmatch(line.strip()):
+            continue
         if len(line.strip()) >= REPEAT_CHARS and SENTENCE.match(line) and not bullet and line in seen:
             again.append(line)
         seen.add(line)

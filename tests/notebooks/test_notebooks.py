@@ -313,8 +313,9 @@ def _(records: dict, p: dict) -> None:
     assert records["test_shape"] == [n_test, 32, 32, 3]
     counts = records["class_counts"]
     assert sum(counts) == n_train and max(counts) - min(counts) <= 1
-    low, high = records["pixel_range"]
-    assert 0.0 <= low < 0.1 and 0.9 < high <= 1.0
+    low, high = records["pixel_range"]  # scaled to [0, 1]; a set of a few images may not reach either end
+    assert 0.0 <= low < high <= 1.0  # (the sweep's one image: 0.13 to 0.88)
+    assert n_train < 100 or (low < 0.1 and 0.9 < high)
     assert records["one_hot_matches_keras"] is True
     per_replica = p["BATCH_SIZE_PER_REPLICA"]
     assert records["global_batch"] == per_replica * p["N_DEVICES"]
@@ -400,9 +401,9 @@ def _(records: dict, p: dict) -> None:
     # and splits unevenly over the replicas, split as evenly as it goes.
     n, n_eval = p["N_DEVICES"], records["eval_images"]
     last = n_eval % global_batch
-    assert last % n != 0 and n_eval in (p["TEST_SAMPLES"], p["TEST_SAMPLES"] - 1)
+    assert last % n != 0 and last >= n and p["TEST_SAMPLES"] - global_batch < n_eval <= p["TEST_SAMPLES"]
     split = records["metric_last_split"]
-    assert len(split) == n and sum(split) == last and max(split) - min(split) == 1
+    assert len(split) == n and sum(split) == last and min(split) >= 1 and max(split) - min(split) == 1
     # evaluate: the loss is the mean over every image (float32 rounding of a mean of ~2), the
     # accuracy the same count of hits; predict: every row, in order.
     assert records["eval_loss_difference"] < 1e-5 and records["eval_loss_vs_numpy"] < 1e-5
@@ -457,9 +458,9 @@ def _(records: dict, p: dict) -> None:
 def _(records: dict, p: dict) -> None:
     assert records["augmented_batch_shape"] == [8, 32, 32, 3]
     assert records["fraction_changed"] > 0.9  # shifts of up to 3 px change almost every image
-    # The seed's steps_per_epoch = n // batch, every epoch, though n is not a multiple of the batch.
+    # The seed's steps_per_epoch = n // batch, every epoch, though n need not be a multiple of the batch (at
+    # the tiny size 200 in 32s: 8 left untrained; the sweep's batch of 2 divides it, and none are).
     batch = p["BATCH_SIZE_PER_REPLICA"] * p["N_DEVICES"]
-    assert p["TRAIN_SAMPLES"] % batch != 0
     assert records["steps_per_epoch_trained"] == [p["TRAIN_SAMPLES"] // batch] * p["EPOCHS"]
     losses, accuracies = records["train_loss"], records["val_accuracy"]
     assert len(losses) == len(accuracies) == p["EPOCHS"]
@@ -716,21 +717,25 @@ def _(records: dict, p: dict) -> None:
     if p["MINUTES"] is not None:
         budget = records["budget"]
         assert budget["minutes"] == p["MINUTES"] and budget["test_rate"] > 0
-        assert p["BATCH_SIZE"] <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
+        assert min(p["BATCH_SIZE"], p["TRAIN_SAMPLES"]) <= budget["images_per_epoch"] <= p["TRAIN_SAMPLES"]
         images, tested = budget["images_per_epoch"], budget["test_images"]
         assert min(p["BATCH_SIZE"], p["TEST_SAMPLES"]) <= tested <= p["TEST_SAMPLES"]
         # whole batches, as the stream trains and the test runs them, or every image there is
         assert images % p["BATCH_SIZE"] == 0 or images == p["TRAIN_SAMPLES"]
         assert tested % p["BATCH_SIZE"] == 0 or tested == p["TEST_SAMPLES"]
         # The plan fits the budget, unless even one batch an epoch does not (a tiny budget's timing alone)
-        assert budget["predicted_minutes"] <= p["MINUTES"] or images == p["BATCH_SIZE"]
+        assert budget["predicted_minutes"] <= p["MINUTES"] or images <= p["BATCH_SIZE"]
         assert records["budget_used"]["minutes"] > records["budget_used"]["training"] > 0
         # The plan counts fit's step traced at the first epoch and again after the whitening bias froze (the
-        # step without its gradient); a new side traces nothing without XLA (off here: 2 devices), since the
+        # step without its gradient); a new side traces nothing without XLA (off on 2 devices), since the
         # stream leaves the side open (measured: the first 24x24 and 32x32 epochs ran as fast as later ones).
+        # XLA (picked on 1 device where faster) compiles each side's shapes anew, before and after the freeze.
         sides, frozen = records["sides"], min(p["WHITENING_BIAS_EPOCHS"], p["EPOCHS"])
         traced = [0, frozen] if frozen < len(sides) else [0]
-        counts = {str(side): sum(sides[epoch] == side for epoch in traced) for side in sides}
+        if arithmetic["xla"]:
+            for part in (range(frozen), range(frozen, len(sides))):
+                traced += [next(e for e in part if sides[e] == side) for side in {sides[e] for e in part}]
+        counts = {str(side): sum(sides[epoch] == side for epoch in set(traced)) for side in sides}
         assert budget["traces"] == pytest.approx({s: counts[s] * t for s, t in budget["tracing"].items()})
     assert records["after_last_test_seconds"] >= 0  # fit's return, never before its last test
     schedule = records["schedule"]
@@ -749,11 +754,13 @@ def _(records: dict, p: dict) -> None:
     assert set(records["minutes_per_epoch"]) == {str(side) for side in records["sides"]}
     if p["MINUTES"] is not None:
         assert set(records["budget"]["rates"]) == {str(side) for side in records["sides"]}
-    augmentation = records["augmentation"]
-    assert augmentation["found"] == augmentation["images"] and augmentation["offsets"] > 1
+    augmentation, few = records["augmentation"], min(300, p["TRAIN_SAMPLES"] or 300)  # two passes over them
+    assert augmentation["found"] == augmentation["images"] == 2 * few
     # alternating flips: every image whose side can be told is mirrored in exactly one of two passes
-    assert augmentation["alternated"] == augmentation["shown"] >= 0.9 * augmentation["images"] / 2
-    assert 0.3 < augmentation["first_mirrored"] / (augmentation["images"] / 2) < 0.7
+    assert augmentation["alternated"] == augmentation["shown"]
+    if few >= 100:  # of a few images, none may show its side, and the share mirrored first is a coin's
+        assert augmentation["shown"] >= 0.9 * few and 0.3 < augmentation["first_mirrored"] / few < 0.7
+        assert augmentation["offsets"] > 1
     peak = schedule["peak"]
     assert peak == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
     rates = schedule["rates"]  # steps 0, half the warm-up, the warm-up's end, half-way down, the last
@@ -988,7 +995,8 @@ def _(records: dict, p: dict) -> None:
 @checks("13_sharding")
 def _(records: dict, p: dict) -> None:
     n, width = p["N_DEVICES"], p["WIDTH"]
-    parameters = 3072 * width + width + width * width + width + width * 10 + 10  # the MLP of 2 hidden layers
+    values = 784 if p["DATASET"] == "mnist" else 3072  # an image's, flattened
+    parameters = values * width + width + width * width + width + width * 10 + 10  # MLP, 2 hidden layers
     assert records["devices"] == n and records["parameters"] == parameters
     # Data parallelism on paper and in the shards: 4P weights, 8P of Adam (plus its step and rate), whole.
     formula, shards = records["formula_dp"], records["shards_dp"]
@@ -1034,7 +1042,13 @@ def _(records: dict, p: dict) -> None:
     assert temporaries["ZeRO-3"]["gradients"] > 1.8 > 1.2 > temporaries["FSDP"]["gradients"]
     assert temporaries["ZeRO-3"]["gradients"] > temporaries["ZeRO-2"]["gradients"]
     remat = records["remat_ratio"]
-    assert remat["memory"] < 0.8  # recomputation keeps GELU's insides out (measured 0.51 at the defaults)
+    # Recomputation keeps GELU's insides out: it never adds temporaries (1.03 at one image), and cuts them
+    # where the activations outweigh the gradients, which otherwise set them. Measured (temporaries with /
+    # without): the defaults 0.51; depth 4, width 128: 0.77 at 256 images, 0.54 at 512, 1.00 at 8 to 192;
+    # depth 1 and 2 at 256: 1.00; width 1 to 256 at 256 images 0.67-0.86, width 1,024 at 256 0.80, 2,048 0.85.
+    assert remat["memory"] <= 1.05
+    if p["REMAT_DEPTH"] >= 4 and p["REMAT_BATCH"] >= max(256, p["REMAT_WIDTH"]):
+        assert remat["memory"] < 0.9, remat
     assert remat["time"] > 0 and isinstance(remat["apart"], bool)
     # On N devices: the peak at GLOBAL_BATCH is the floor's (one whole gradient), which recomputation leaves;
     # at the two large batches the activations set it, and recomputation lowers it.
@@ -1256,9 +1270,13 @@ ISSUES_HERE = {
 @checks("15_when_it_breaks")
 def _(records: dict, p: dict) -> None:
     # 1. The hang: the chief failed on the collective timeout while worker 1 waited for it, at two lines.
-    # The chief exits 1, or rarely (once in CI at f7e8ad1) TensorFlow faults (SIGSEGV) after that error.
+    # The chief exits 1, or rarely (once in CI at f7e8ad1, once in some 15 runs at 79d278a) TensorFlow faults
+    # (SIGSEGV) as the error is raised; drill_io's hook prints the error's line first, which that fault
+    # had cut from the traceback once ("no error printed").
     chief, other = records["hang_returncodes"]
-    assert records["hang_error"] == "DeadlineExceededError: Collective has timed out during execution."
+    timed_out = "DeadlineExceededError: Collective has timed out during execution."
+    cut = chief == -signal.SIGSEGV and records["hang_error"] == "no error printed"
+    assert records["hang_error"] == timed_out or cut, records
     assert chief in (1, -signal.SIGSEGV) and other == -signal.SIGKILL, records
     waits = records["hang_wait_lines"]
     assert sorted(waits) == ["0", "1"] and waits["0"] != waits["1"]
@@ -1336,8 +1354,9 @@ def _(records: dict, p: dict) -> None:
 def _(records: dict, p: dict) -> None:
     block = records["tensor_parallel"]
     assert block["difference"] <= 1e-5 * block["largest"] and block["sent"] == pytest.approx(block["ring"])
-    for kind in ("GPipe", "1F1B"):  # float32 rounding: the microbatches' sums in another order
-        assert records[f"gradients_{kind}"]["difference"] <= 1e-6 * records[f"gradients_{kind}"]["largest"]
+    for kind in ("GPipe", "1F1B"):  # float32 rounding: the microbatches' sums in another order (1.3e-6 of the
+        # largest at microbatches of one image, the sweep's MICROBATCH=1; a wrong schedule is off by far more)
+        assert records[f"gradients_{kind}"]["difference"] <= 1e-5 * records[f"gradients_{kind}"]["largest"]
     # The bubble's direction only: idle fractions timed on cores shared with other work cannot be held to
     # a tolerance around the formula (the formula leaves out the link and unequal stages); more microbatches
     # must still leave the stages idle for less of the step.

@@ -7,7 +7,8 @@ that size. Each set goes through the check `make run` makes before the first not
 it is accepted. Accepted sets must run: a sample of them is executed at that tiny size, offline on the
 synthetic stand-in, and checked as the notebook tests check their offline run. The sample is drawn
 with a seed the test ids carry (`sample-seed<N>-...`) and the test prints; it changes with every run,
-so that over runs every set runs. ``SWEEP_SEED=<N>`` repeats a draw.
+so that over runs every set runs. ``SWEEP_SEED=<N>`` repeats a draw; ``SWEEP_SETS=15`` runs every
+accepted set of lesson 15 instead (``SWEEP_SETS=15:TIMEOUT=60,04`` names sets and lessons).
 """
 
 from __future__ import annotations
@@ -91,11 +92,26 @@ def sweep_seed(config: pytest.Config) -> int:
     return int(uid[:8], 16) % 10**6 if uid else _OWN_SEED
 
 
+def chosen_sets(wanted: str) -> list[tuple[Path, str, object, dict]]:
+    """SWEEP_SETS: comma-separated lessons ("15") or sets ("15:TIMEOUT=60"); the accepted sets named."""
+    chosen = []
+    for token in filter(None, (t.strip() for t in wanted.split(","))):
+        lesson, _, assignment = token.partition(":")
+        found = [s for s in accepted_sets()
+                 if s[0].stem.startswith(lesson) and assignment in ("", f"{s[1]}={s[2]}")]  # fmt: skip
+        if not found:
+            raise pytest.UsageError(f"SWEEP_SETS: {token!r} names no accepted set (a lesson's number, or "
+                                    "NN:NAME=VALUE of its grid; refused sets are not run)")  # fmt: skip
+        chosen += found
+    return chosen
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "drawn" not in metafunc.fixturenames:
         return
     seed = sweep_seed(metafunc.config)
-    drawn = random.Random(seed).sample(accepted_sets(), SAMPLE)
+    wanted = os.environ.get("SWEEP_SETS")  # every set of a lesson whose rules or checks changed
+    drawn = chosen_sets(wanted) if wanted else random.Random(seed).sample(accepted_sets(), SAMPLE)
     ids = [f"seed{seed}-{nb.stem}-{name}={value}" for nb, name, value, _ in drawn]
     metafunc.parametrize("drawn", [(seed, *s) for s in drawn], ids=ids)
 

@@ -142,6 +142,9 @@ def test_lesson_09_refuses_a_step_per_image_its_workers_diverged_at():
         lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 2})
     assert lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 4})["seed_rounds"] == 12
     assert lesson_plan("09_parameter_averaging", {**p09, "BATCH_SIZE_PER_REPLICA": 2, "LEARNING_RATE": 0.01})
+    # The sweep's LEARNING_RATE=0.04 at 16 a replica (0.0025 an image) diverged all the same.
+    with pytest.raises(ValueError, match=r"LEARNING_RATE=0.04 is above 0.02: .* LEARNING_RATE <= 0.02\.$"):
+        lesson_plan("09_parameter_averaging", {**p09, "LEARNING_RATE": 0.04})
 
 
 def test_lesson_12s_sets_split_over_the_devices_and_the_refusal_names_the_set():
@@ -219,3 +222,33 @@ def test_the_up_front_count_of_the_seed_cnns_outputs_is_the_lessons_keras_count(
         model = build_model("seed_cnn", shape, classes, dropout=False)
         outputs = keras.Model(model.inputs, [layer.output for layer in model.layers]).outputs
         assert seed_cnn_floats(*shape[:2], classes) == sum(math.prod(o.shape[1:]) for o in outputs), shape
+
+
+def test_lessons_04_08_and_16_refuse_the_sets_the_sweep_found_failing():
+    # 04 at one image a replica: its evaluation's last batch (partial, not split evenly) left a replica empty,
+    # and TensorFlow's convolution failed on it ("input depth must be evenly divisible by filter depth").
+    p04 = notebook_parameters(ROOT / "notebooks" / "04_multi_gpu_wrapping.ipynb")
+    with pytest.raises(ValueError, match=r"BATCH_SIZE_PER_REPLICA must be >= 2: the evaluation's hard case"):
+        lesson_plan("04_multi_gpu_wrapping", {**p04, "BATCH_SIZE_PER_REPLICA": 1})
+    assert lesson_plan("04_multi_gpu_wrapping", {**p04, "BATCH_SIZE_PER_REPLICA": 2, "TEST_SAMPLES": 1000})
+    # 16 with one test image on two devices: the probe's empty replica failed in AddN.
+    p16 = {**notebook_parameters(ROOT / "notebooks" / "16_capstone.ipynb"), "N_DEVICES": 2, "BATCH_SIZE": 64}
+    with pytest.raises(ValueError, match=r"TEST_SAMPLES must be a whole number >= 100 .*, got 1\."):
+        lesson_plan("16_capstone", {**p16, "TEST_SAMPLES": 1})
+    with pytest.raises(ValueError, match=r"TEST_SAMPLES=257 .* last batch of 1, fewer than N_DEVICES=2: .* "
+                       r"Use TEST_SAMPLES=256 or 258\."):  # fmt: skip
+        lesson_plan("16_capstone", {**p16, "TEST_SAMPLES": 257})
+    for taken in ({"TEST_SAMPLES": 257, "N_DEVICES": 1}, {"TRAIN_SAMPLES": 1}, {"TRAIN_SAMPLES": 65}):
+        assert lesson_plan("16_capstone", {**p16, **taken}) == {}, taken  # training drops a last part
+    # 08 at STUDY_SAMPLES=1: the scaling study itself refused it, mid-lesson.
+    p08 = {**notebook_parameters(ROOT / "notebooks" / "08_scaling_study.ipynb"), "DEVICE_COUNTS": [1, 2, 4]}
+    with pytest.raises(ValueError, match=r"STUDY_SAMPLES must be >= 128: .*_PER_REPLICA x the most "):
+        lesson_plan("08_scaling_study", {**p08, "STUDY_SAMPLES": 127})
+    assert lesson_plan("08_scaling_study", {**p08, "STUDY_SAMPLES": 128}) == {}
+
+
+def test_lesson_13_splits_the_images_values_of_the_dataset_it_reads():
+    p13 = notebook_parameters(ROOT / "notebooks" / "13_sharding.ipynb") | {"WIDTH": 1008, "GLOBAL_BATCH": 252}
+    assert lesson_plan("13_sharding", {**p13, "N_DEVICES": 6}) == {}  # 3,072 values split in 6
+    with pytest.raises(ValueError, match=r"N_DEVICES=6 must divide the 784 values .* one of 2, 4, 7, 8\."):
+        lesson_plan("13_sharding", {**p13, "N_DEVICES": 6, "DATASET": "mnist"})
