@@ -232,7 +232,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
 def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     batch = _common(p, problems, at_least=2, why="the ring all-reduce and accumulation need replicas")
     _whole(p, "TIMING_STEPS", 1, "steps timed per measurement", problems)
-    if _whole(p, "ACCUMULATION_STEPS", 1, "micro-batches per update", problems) and batch:
+    if _whole(p, "ACCUMULATION_STEPS", 2, "micro-batches an update; Keras takes >= 2", problems) and batch:
         k = int(p["ACCUMULATION_STEPS"])
         _at_least(int(p["TRAIN_SAMPLES"]), k * batch, f"TRAIN_SAMPLES={p['TRAIN_SAMPLES']} is too few: "
                   f"section 4 adds ACCUMULATION_STEPS={k} micro-batches of the global batch {batch} "

@@ -240,6 +240,10 @@ def test_lessons_04_08_and_16_refuse_the_sets_the_sweep_found_failing():
         lesson_plan("16_capstone", {**p16, "TEST_SAMPLES": 257})
     for taken in ({"TEST_SAMPLES": 257, "N_DEVICES": 1}, {"TRAIN_SAMPLES": 1}, {"TRAIN_SAMPLES": 65}):
         assert lesson_plan("16_capstone", {**p16, **taken}) == {}, taken  # training drops a last part
+    # 11 at ACCUMULATION_STEPS=1: Keras' gradient_accumulation_steps refused it, mid-lesson.
+    p11 = notebook_parameters(ROOT / "notebooks" / "11_where_time_goes.ipynb")
+    with pytest.raises(ValueError, match=r"ACCUMULATION_STEPS must be a whole number >= 2 .*, got 1\."):
+        lesson_plan("11_where_time_goes", {**p11, "ACCUMULATION_STEPS": 1})
     # 08 at STUDY_SAMPLES=1: the scaling study itself refused it, mid-lesson.
     p08 = {**notebook_parameters(ROOT / "notebooks" / "08_scaling_study.ipynb"), "DEVICE_COUNTS": [1, 2, 4]}
     with pytest.raises(ValueError, match=r"STUDY_SAMPLES must be >= 128: .*_PER_REPLICA x the most "):
