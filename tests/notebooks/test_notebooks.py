@@ -764,8 +764,11 @@ def _(records: dict, p: dict) -> None:
     peak = schedule["peak"]
     assert peak == pytest.approx(p["PEAK_LEARNING_RATE"] * p["BATCH_SIZE"] / 256)  # linear rule
     rates = schedule["rates"]  # steps 0, half the warm-up, the warm-up's end, half-way down, the last
-    assert rates[0] == pytest.approx(0.2 * peak) and rates[-1] == pytest.approx(0.07 * peak)
-    assert rates[0] <= rates[1] <= rates[2] == pytest.approx(peak) and rates[-1] < rates[3] < rates[2]
+    assert rates[0] == pytest.approx(0.2 * peak) and max(rates) == pytest.approx(peak)
+    if schedule["total_steps"] >= 10:  # a warm-up of 2 steps or more and a way down (the sweep's EPOCHS=1 in
+        # a budget of 6 s trained 1 step: its schedule has no way down, only step 0 at 0.2 x the peak)
+        assert rates[-1] == pytest.approx(0.07 * peak)
+        assert rates[0] <= rates[1] <= rates[2] == pytest.approx(peak) and rates[-1] < rates[3] < rates[2]
     curve = records["curve"]
     assert [point["epoch"] for point in curve] == list(range(1, p["EPOCHS"] + 1))
     assert all(0 < a["minutes"] < b["minutes"] for a, b in zip(curve, curve[1:], strict=False))
@@ -778,8 +781,11 @@ def _(records: dict, p: dict) -> None:
     learnt({**accuracy, "synthetic": records["synthetic"]}, "live")
     # After the first full-size epoch, the time left is the epochs after it, each as long as that one.
     full = [point["epoch"] for point, side in zip(curve, records["sides"], strict=True) if side == 32]
+    if len(full) < 2:  # no epoch after the first full-size one: no time left to tell (FULL_SIZE_EPOCHS=1)
+        assert "time_left" not in records
+        return
     left = records["time_left"]
-    assert left["epoch"] == full[0] and len(full) > 1 and left["took"] > 0
+    assert left["epoch"] == full[0] and left["took"] > 0
     later = len(curve) - full[0]
     assert left["said"] == pytest.approx(later * left["epoch_minutes"][str(full[0])], rel=1e-9)
 
