@@ -79,7 +79,12 @@ def _rate_per_image(p: Mapping[str, Any], problems: list[str]) -> None:
 # MNIST's 0.53 about 0.4 at 512 to 1,024. The fixed part covers the shortfall up to a device of
 # 256 MiB, not beyond: there a share the count says cannot fit can fit. The sweep drew OOM_BATCH=1, 128
 # and MEMORY_BUDGET_MB=256 (at the other's default): each fitted, and the drill showed no symptom.
-SEED_CNN_IMAGE_SIDES = {"cifar10": (32, 32), "mnist": (28, 28)}
+IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1)}  # as mgtutor.data loads them
+
+
+def image_shape(p: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """The shape of the lesson's images, or None for a learner's own (known once they are read)."""
+    return IMAGE_SHAPES.get(p.get("DATASET")) if p.get("DATA_PATH") is None else None
 MAX_MEMORY_BUDGET_MB = 256
 
 
@@ -101,11 +106,11 @@ def _memory_drill(p: Mapping[str, Any], problems: list[str]) -> None:
                         "drill's small device, where a share whose layer outputs exceed it runs out (on a "
                         "larger one, a step's peak grows by less than its outputs, and such a share can fit)."
                         )  # fmt: skip
-    sides = SEED_CNN_IMAGE_SIDES.get(p.get("DATASET")) if p.get("DATA_PATH") is None else None
-    if not (_whole(p, "OOM_BATCH", 1, "a count", problems) and budget_ok and sides):
-        return  # a learner's own images: their size is known once they are read
+    shape = image_shape(p)
+    if not (_whole(p, "OOM_BATCH", 1, "a count", problems) and budget_ok and shape):
+        return
     budget, share = int(p["MEMORY_BUDGET_MB"]), int(p["OOM_BATCH"])
-    per_image = 4 * seed_cnn_floats(*sides)
+    per_image = 4 * seed_cnn_floats(*shape[:2])
     if share * per_image <= budget * 2**20:
         fewest, most = budget * 2**20 // per_image + 1, math.ceil(share * per_image / 2**20) - 1
         lower = f" or MEMORY_BUDGET_MB <= {most}" if most >= 100 else ""

@@ -28,6 +28,7 @@ from mgtutor.classroom.limit_checks import (
     _whole,
     _wholes,
     _within,
+    image_shape,
 )
 from mgtutor.support.checks import is_real, is_whole
 from mgtutor.training.pinning import usable_cores
@@ -380,7 +381,6 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     return {}
 
 
-_IMAGE_VALUES = {"cifar10": 32 * 32 * 3, "mnist": 28 * 28}  # the MLP's input: a flattened image
 
 
 @_lesson("17_to_a_cluster")
@@ -425,7 +425,7 @@ def _(p: Mapping[str, Any], problems: list[str]) -> Plan:
     if not devices:
         return {}
     n = int(p["N_DEVICES"])
-    values = _IMAGE_VALUES.get(p.get("DATASET")) if p.get("DATA_PATH") is None else None  # own: once read
+    values = math.prod(shape) if (shape := image_shape(p)) else None  # the MLP's input: a flattened image
     if values and values % n:
         fits = ", ".join(str(k) for k in range(2, 9) if values % k == 0)
         problems.append(f"N_DEVICES={n} must divide the {values:,} values of an image (the first kernel's "
