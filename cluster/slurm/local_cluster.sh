@@ -47,12 +47,15 @@ state_dir() { realpath -m -- "${1:-${MGTUTOR_SLURM_STATE:-$DEFAULT_STATE}}"; }
 
 # The state dir remembers which STATE_DIR the last `up` used, so status/exec/shape need no argument.
 CURRENT_FILE=/run/mgtutor-slurm.state
+OWNER_FILE=/run/mgtutor-slurm.owner  # "pid start-time" of the program that brought it up, if one did
 SPOOL=/run/mgtutor-slurm-spool
 current_state() {
     if [[ -n ${MGTUTOR_SLURM_STATE:-} ]]; then echo "$MGTUTOR_SLURM_STATE"
     elif [[ -f $CURRENT_FILE ]]; then cat "$CURRENT_FILE"
     else echo "$DEFAULT_STATE"; fi
 }
+# The state of the cluster that is up, whatever this call was told (a new `up` may name another).
+up_state() { if [[ -f $CURRENT_FILE ]]; then cat "$CURRENT_FILE"; else current_state; fi; }
 
 check_tools() {
     local tool missing=()
@@ -239,13 +242,47 @@ cmd_check() {
     need_root up
     check_tools
     if ip netns list | grep -q "^$(netns_of node1)\b"; then
-        die "a cluster is already up (netns $(netns_of node1) exists): run '$0 down' first"
+        local why
+        if why=$(stale_because); then
+            say "check: a dead cluster is left over ($why); up takes it down first"
+        else
+            die "a cluster is already up (netns $(netns_of node1) exists): run '$0 down' first"
+        fi
     fi
+}
+
+# Why the cluster that is up is dead (printed, status 0), or status 1 if it may be in use. A run that
+# was killed (a kernel, a test session, a machine's session ending) leaves its namespaces behind, and
+# the names are fixed: without this, every later `up` on the machine would refuse.
+# A running process's start time (which tells a reused pid from its owner), nothing for one that has
+# ended: gone, or a zombie, which is all a killed daemon stays where nothing reaps it (PID 1 here).
+started_at() { awk '$3 != "Z" {print $22}' "/proc/$1/stat" 2>/dev/null || true; }
+stale_because() {
+    local state pid start file node alive=0
+    state=$(up_state)
+    if [[ -f $OWNER_FILE ]]; then
+        read -r pid start <"$OWNER_FILE" || true
+        if [[ -z ${start:-} || $(started_at "$pid") != "$start" ]]; then  # no start: gone by `up`'s end
+            echo "the process that brought it up, pid $pid, has ended"; return 0
+        fi
+        return 1  # its owner lives: in use
+    fi
+    for file in "$state/ctld/slurmctld.pid" "$state"/node*/slurmd.pid; do
+        [[ -f $file && -n $(started_at "$(cat "$file")") ]] && alive=1
+    done
+    for node in "${NODES[@]}"; do
+        [[ -n $(ip netns pids "$(netns_of "$node")" 2>/dev/null) ]] && alive=1
+    done
+    ((alive == 0)) || return 1
+    echo "no Slurm daemon and no process left in its namespaces"
 }
 
 cmd_up() {
     cmd_check
-    local state
+    local state why
+    if ip netns list | grep -q "^$(netns_of node1)\b" && why=$(stale_because); then
+        cmd_down "$(up_state)"
+    fi
     state=$(state_dir "${1:-}")
     mkdir -p "$state"
     echo "$state" >"$CURRENT_FILE"
@@ -257,6 +294,11 @@ cmd_up() {
     make_network
     write_conf "$state"
     start_slurm "$state"
+    # A program that brings the cluster up for its own run names itself (its pid): if it dies without
+    # `down`, the next `up` knows the cluster is dead. A cluster brought up by hand has no owner.
+    if [[ ${MGTUTOR_CLUSTER_OWNER:-} =~ ^[0-9]+$ ]]; then
+        echo "$MGTUTOR_CLUSTER_OWNER $(started_at "$MGTUTOR_CLUSTER_OWNER")" >"$OWNER_FILE"
+    fi
     UP_STATE=
     say "up: nodes node1=$(node_ip node1) (CPU 0, head: slurmctld :$CTLD_PORT) node2=$(node_ip node2) (CPU 1), both idle; SLURM_CONF=$state/slurm.conf; clients: $0 exec sinfo"
 }
@@ -301,7 +343,7 @@ cmd_down() {
     if [[ -f $state/munge.dir ]]; then
         rm -rf "$(cat "$state/munge.dir")" "$state/munge.dir"
     fi
-    rm -rf "$state/slurm.conf" "$CURRENT_FILE" "$SPOOL"
+    rm -rf "$state/slurm.conf" "$CURRENT_FILE" "$SPOOL" "$OWNER_FILE"
     say "down: no mgt-node namespaces, no cluster daemons left ($state kept for its logs)"
 }
 

@@ -95,8 +95,11 @@ def unavailable() -> str | None:
     return None
 
 
-def _script(*args: str, state_dir: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def _script(*args: str, state_dir: Path, timeout: float = 120, owner: int | None = None
+            ) -> subprocess.CompletedProcess:  # fmt: skip
     env = dict(os.environ, MGTUTOR_SLURM_STATE=str(state_dir))
+    if owner is not None:
+        env["MGTUTOR_CLUSTER_OWNER"] = str(owner)
     return subprocess.run(
         ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -108,7 +111,8 @@ def start_cluster(state_dir: str | os.PathLike = DEFAULT_STATE, timeout: float =
         raise ValueError("state_dir must be a folder, not ''")
     _check_timeout(timeout)
     state = Path(state_dir).resolve()
-    done = _script("up", str(state), state_dir=state, timeout=timeout)
+    # This process owns it: if it dies without down(), the next start_cluster takes the dead one down.
+    done = _script("up", str(state), state_dir=state, timeout=timeout, owner=os.getpid())
     if done.returncode != 0:
         raise RuntimeError(
             f"local_cluster.sh up failed ({done.returncode}): {done.stderr.strip() or done.stdout}"

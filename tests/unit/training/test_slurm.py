@@ -90,8 +90,7 @@ def cluster():
         pytest.skip(reason)
     with LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another xdist worker's cluster goes down first
-        if slurm.namespaces():
-            pytest.fail(f"a cluster is already up ({slurm.namespaces()}): sudo make cluster-down")
+        # A dead cluster left by a killed run is taken down by start_cluster; a live one refuses.
         made = slurm.start_cluster(STATE_DIR)
         try:
             yield made
@@ -119,6 +118,41 @@ def _tasks(done: subprocess.CompletedProcess) -> list[dict | list]:
         except ValueError:
             continue
     return found
+
+
+def _idle(cluster) -> list[str]:
+    return cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split()
+
+
+@pytest.mark.slow
+def test_a_dead_cluster_left_over_is_taken_down_and_a_live_one_refuses(cluster):
+    # Live: its owner (this process, through the fixture) is running.
+    with pytest.raises(RuntimeError, match="already up"):
+        slurm.start_cluster(STATE_DIR)
+    assert _idle(cluster) == ["node1", "idle", "node2", "idle"]
+    # Dead, case 1: the program that brought it up died without down() (a killed kernel or test run).
+    cluster.down()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    assert slurm._script("up", str(STATE_DIR), state_dir=STATE_DIR, owner=ended.pid).returncode == 0
+    said = slurm._script("check", state_dir=STATE_DIR).stdout
+    assert f"the process that brought it up, pid {ended.pid}, has ended" in said, said
+    again = slurm.start_cluster(STATE_DIR)
+    assert _idle(again) == ["node1", "idle", "node2", "idle"]
+    # Dead, case 2 (what a CI run met): brought up by hand, then its daemons and namespaces emptied.
+    again.down()
+    assert slurm._script("up", str(STATE_DIR), state_dir=STATE_DIR).returncode == 0
+    with pytest.raises(RuntimeError, match="already up"):  # by hand and alive: in use
+        slurm.start_cluster(STATE_DIR)
+    for pid_file in [STATE_DIR / "ctld" / "slurmctld.pid", *STATE_DIR.glob("node*/slurmd.pid")]:
+        os.kill(int(pid_file.read_text()), 9)
+    for ns in slurm.namespaces():
+        subprocess.run(f"ip netns pids {ns} | xargs -r kill -9", shell=True, check=True)
+    time.sleep(0.5)
+    said = slurm._script("check", state_dir=STATE_DIR).stdout
+    assert "no Slurm daemon and no process left in its namespaces" in said, said
+    last = slurm.start_cluster(STATE_DIR)  # the fixture's down() ends this one
+    assert _idle(last) == ["node1", "idle", "node2", "idle"]
 
 
 @pytest.mark.slow
