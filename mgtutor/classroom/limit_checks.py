@@ -192,17 +192,26 @@ def _within(p: Mapping[str, Any], name: str, low: float, high: float | None, pro
         problems.append(f"{name} must be a number >= {low}{upper}, got {value!r}.")
 
 
+def empties_a_replica(last: int, n: int) -> bool:
+    """Whether a last batch of `last` images leaves one of `n` replicas none. MirroredStrategy's rebatching
+    hands them out in turn, up to ceil(last / n) each: 4 on 3 replicas is [2, 2, 0], 5 on 4 [2, 2, 1, 0]."""
+    return 0 < last <= (n - 1) * -(-last // n)
+
+
 def _no_empty_replica(p: Mapping[str, Any], batch: int, devices: str, problems: list[str]) -> None:
     """Each set's last batch of `batch`: none, or one image or more per replica (MirroredStrategy)."""
     n = int(p[devices])
     for name, which in (("TRAIN_SAMPLES", "the training set"), ("TEST_SAMPLES", "the test set")):
         value = p.get(name)
         last = value % batch if is_whole(value) and value >= 1 else 0
-        if 0 < last < n:
-            fits = " or ".join(str(v) for v in (value - last, value - last + n) if v > 0)
+        if empties_a_replica(last, n):
+            up = next(v for v in range(value + 1, value + batch + 1) if not empties_a_replica(v % batch, n))
+            fits = " or ".join(str(v) for v in (value - last, up) if v > 0)
+            per = -(-last // n)
             problems.append(f"{name}={value} ({which}) in global batches of {batch} leaves a last batch of "
-                            f"{last}, fewer than {devices}={n}: a replica gets no image, and TensorFlow's "
-                            f"convolution fails on an empty batch. Use {name}={fits}.")  # fmt: skip
+                            f"{last}, handed to the {devices}={n} replicas in turn, up to {per} each: a "
+                            f"replica gets no image, and TensorFlow's convolution fails on an empty batch. "
+                            f"Use {name}={fits}.")  # fmt: skip
 
 
 def _wholes(p: Mapping[str, Any], name: str, example: str, problems: list[str]) -> bool:

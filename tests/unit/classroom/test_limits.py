@@ -8,6 +8,7 @@ import math
 import pytest
 
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters, validate_overrides
+from mgtutor.classroom.limit_checks import empties_a_replica
 from mgtutor.classroom.limits import ACCURACY_GAP_LIMIT, lesson_plan
 from mgtutor.classroom.runner import main as series_main
 from tests.conftest import ROOT
@@ -235,9 +236,14 @@ def test_lessons_04_08_and_16_refuse_the_sets_the_sweep_found_failing():
     p16 = {**notebook_parameters(ROOT / "notebooks" / "16_capstone.ipynb"), "N_DEVICES": 2, "BATCH_SIZE": 64}
     with pytest.raises(ValueError, match=r"TEST_SAMPLES must be a whole number >= 100 .*, got 1\."):
         lesson_plan("16_capstone", {**p16, "TEST_SAMPLES": 1})
-    with pytest.raises(ValueError, match=r"TEST_SAMPLES=257 .* last batch of 1, fewer than N_DEVICES=2: .* "
-                       r"Use TEST_SAMPLES=256 or 258\."):  # fmt: skip
+    with pytest.raises(ValueError, match=r"TEST_SAMPLES=257 .* last batch of 1, handed to the N_DEVICES=2 "
+                       r"replicas in turn, up to 1 each: .* Use TEST_SAMPLES=256 or 258\."):  # fmt: skip
         lesson_plan("16_capstone", {**p16, "TEST_SAMPLES": 257})
+    # More images than replicas can still leave one empty: in turn, 4 on 3 replicas is [2, 2, 0].
+    with pytest.raises(ValueError, match=r"TEST_SAMPLES=196 .* last batch of 4, handed to the N_DEVICES=3 "
+                       r"replicas in turn, up to 2 each: .* Use TEST_SAMPLES=192 or 197\."):  # fmt: skip
+        lesson_plan("16_capstone", {**p16, "N_DEVICES": 3, "BATCH_SIZE": 48, "TEST_SAMPLES": 196})
+    assert [last for last in range(1, 12) if empties_a_replica(last, 4)] == [1, 2, 3, 5, 6, 9]
     for taken in ({"TEST_SAMPLES": 257, "N_DEVICES": 1}, {"TRAIN_SAMPLES": 1}, {"TRAIN_SAMPLES": 65}):
         assert lesson_plan("16_capstone", {**p16, **taken}) == {}, taken  # training drops a last part
     # 11 at ACCUMULATION_STEPS=1: Keras' gradient_accumulation_steps refused it, mid-lesson.
