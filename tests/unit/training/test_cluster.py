@@ -302,24 +302,28 @@ def test_isolated_workers_listen_on_no_port_of_this_machine_and_train_as_unisola
 
 
 # Mid-epoch in the first and in the second epoch (6 steps each): the restored metric sums and the
-# resumed batch order both matter there; at an epoch's end only the weights do.
+# resumed batch order both matter there; at an epoch's end only the weights do. One job killed at
+# each, the second time after resuming from the first: a run resumed twice must still end exactly.
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_after", [4, 8])
-def test_killed_worker_then_restart_resumes_from_the_last_checkpoint(uninterrupted, tmp_path, kill_after):
+def test_killed_twice_and_restarted_each_time_resumes_from_the_last_checkpoint(uninterrupted, tmp_path):
     checkpoints = tmp_path / "checkpoints"
     args = ["--checkpoint-dir", checkpoints, "--checkpoint-every", 2, "--step-seconds", 0.1,
             "--weights-out", tmp_path / "resumed"]  # fmt: skip
-    # Kill worker 1 like a crashed machine once the chief has saved step `kill_after` (of 12).
-    killed = launch(
-        JOB, 2, args=args, cwd=ROOT, timeout=240, kill_worker=1, kill_when=rf"saved: step {kill_after} "
-    )
-
-    assert not killed.ok and killed.returncodes[1] == -9 and killed.returncodes[0] != 0, killed.summary()
-    assert "worker 1 killed by the launcher" in killed.reason
-    _assert_nothing_left(killed)
-    epoch, batch = resume_point(checkpoints)
-    last_saved = epoch * 6 + batch  # 192 samples / batch 32 = 6 steps per epoch
-    assert last_saved >= kill_after and last_saved % 2 == 0  # after its checkpoint at step `kill_after`
+    last_saved = 0
+    for kill_after in (4, 8):
+        # Kill worker 1 like a crashed machine once the chief has saved step `kill_after` (of 12).
+        killed = launch(
+            JOB, 2, args=args, cwd=ROOT, timeout=240, kill_worker=1, kill_when=rf"saved: step {kill_after} "
+        )
+        assert not killed.ok and killed.returncodes[1] == -9 and killed.returncodes[0] != 0, killed.summary()
+        assert "worker 1 killed by the launcher" in killed.reason
+        _assert_nothing_left(killed)
+        if last_saved:  # this job started from the last kill's checkpoint
+            tail = killed.workers[0].log_tail
+            assert any("resuming" in line and f"(global step {last_saved})" in line for line in tail), tail
+        epoch, batch = resume_point(checkpoints)
+        last_saved = epoch * 6 + batch  # 192 samples / batch 32 = 6 steps per epoch
+        assert last_saved >= kill_after and last_saved % 2 == 0  # after its checkpoint at step `kill_after`
 
     restarted = launch(JOB, 2, args=args, cwd=ROOT, timeout=240)
 
