@@ -25,6 +25,10 @@ import numpy as np
 
 from mgtutor.dataset import Dataset, synthetic_dataset
 
+# Each data set's images as the loaders give them (the synthetic stand-in takes CIFAR-10's); the lessons'
+# limits (mgtutor.classroom.limit_checks) size their drills from it.
+IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1)}
+
 DATA_DIR_ENV = "MGTUTOR_DATA_DIR"
 OFFLINE_ENV = "MGTUTOR_OFFLINE"
 DATASET_NAMES = ("cifar10", "mnist", "synthetic")
@@ -340,7 +344,7 @@ def load_dataset(
         raise ValueError(f"dataset name must be one of {DATASET_NAMES}, got {name!r}.")
     if not isinstance(full, bool):
         raise TypeError(f"full must be True (the whole official data set only) or False, got {full!r}.")
-    shape = (28, 28, 1) if name == "mnist" else (32, 32, 3)
+    shape = IMAGE_SHAPES["mnist" if name == "mnist" else "cifar10"]
     if name == "synthetic":
         return synthetic_dataset(image_shape=shape, seed=seed)
     loader = load_cifar10 if name == "cifar10" else load_mnist

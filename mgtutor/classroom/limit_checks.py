@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from mgtutor.data import IMAGE_SHAPES
 from mgtutor.support.checks import is_real, is_whole
 
 
@@ -79,7 +80,6 @@ def _rate_per_image(p: Mapping[str, Any], problems: list[str]) -> None:
 # MNIST's 0.53 about 0.4 at 512 to 1,024. The fixed part covers the shortfall up to a device of
 # 256 MiB, not beyond: there a share the count says cannot fit can fit. The sweep drew OOM_BATCH=1, 128
 # and MEMORY_BUDGET_MB=256 (at the other's default): each fitted, and the drill showed no symptom.
-IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1)}  # as mgtutor.data loads them
 
 
 def image_shape(p: Mapping[str, Any]) -> tuple[int, int, int] | None:

@@ -33,6 +33,7 @@ import pytest
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
 from mgtutor.classroom.limit_checks import empties_a_replica
 from mgtutor.classroom.limits import ACCURACY_GAP_LIMIT
+from mgtutor.data import IMAGE_SHAPES
 from mgtutor.support.records import read_records
 from mgtutor.training import pinning
 from mgtutor.training.netns import availability
@@ -1006,7 +1007,7 @@ def _(records: dict, p: dict) -> None:
 @checks("13_sharding")
 def _(records: dict, p: dict) -> None:
     n, width = p["N_DEVICES"], p["WIDTH"]
-    values = 784 if p["DATASET"] == "mnist" else 3072  # an image's, flattened
+    values = math.prod(IMAGE_SHAPES[p["DATASET"]])  # an image's, flattened
     parameters = values * width + width + width * width + width + width * 10 + 10  # MLP, 2 hidden layers
     assert records["devices"] == n and records["parameters"] == parameters
     # Data parallelism on paper and in the shards: 4P weights, 8P of Adam (plus its step and rate), whole.
@@ -1323,7 +1324,7 @@ def _(records: dict, p: dict) -> None:
     for name, status in ISSUES_HERE.items():
         assert issues[name]["status"] in status, (name, issues[name])
     shape = records["empty_batch_conv"]
-    h, w, c = (28, 28, 1) if p["DATASET"] == "mnist" else (32, 32, 3)  # the drill's 3x3 valid convolution
+    h, w, c = IMAGE_SHAPES[p["DATASET"]]  # the drill's 3x3 valid convolution
     assert shape["expected"] == [0, h - 2, w - 2, 8] and shape["shape"] in ([0, h, w, c], shape["expected"])
     wrong = shape["shape"] != shape["expected"]  # the empty batch's shape decides the uneven job's end
     assert issues["tensorflow#37112"]["status"] == ("other failure" if wrong else "not reproduced")
