@@ -32,7 +32,7 @@ import pytest
 
 from mgtutor.classroom.lessons import find_notebooks, notebook_parameters
 from mgtutor.classroom.limit_checks import empties_a_replica
-from mgtutor.classroom.limits import ACCURACY_GAP_LIMIT
+from mgtutor.classroom.limits import ACCURACY_GAP_LIMIT, lesson_plan
 from mgtutor.data import IMAGE_SHAPES
 from mgtutor.support.records import read_records
 from mgtutor.training import pinning
@@ -357,7 +357,7 @@ def _(records: dict, p: dict) -> None:
     assert records["param_count"] == 1_250_858
     assert records["param_bytes"] == records["allocated_bytes"] == 4 * 1_250_858
     losses = records["train_loss"]
-    assert len(losses) == p["EPOCHS"] and losses[-1] < losses[0]
+    assert len(losses) == p["EPOCHS"] and (losses[-1] < losses[0] or p["EPOCHS"] == 1)  # one: nothing to fall
     assert records["test_loss"] < UNIFORM_LOSS - 0.05 or records["synthetic"]
     learnt(records, "test_accuracy")
 
@@ -629,14 +629,15 @@ def _(records: dict, p: dict) -> None:
     assert baseline["slice_and_sync_leave"] == pytest.approx(left)
     # The link: the lesson's fit is the package's fit, latency and bandwidth positive.
     link, logical = records["link"], records["logical_link"]
-    assert link["sizes"] == [4096 * 4**k for k in range(6)] and all(s > 0 for s in link["seconds"])
+    assert link["sizes"] == lesson_plan("14_pinned_workers", p)["link_sizes"]  # 4 KB x 4**k up to LINK_MAX_MB
+    assert all(s > 0 for s in link["seconds"])
     for fitted, seconds in ((link, link["seconds"]), (logical, logical["seconds"])):  # generated package copy
         assert (fitted["alpha"], fitted["beta"]) == pytest.approx(fit_link(link["sizes"], seconds), rel=1e-9)
     assert link["alpha"] > 0 and link["beta"] > 0
-    step_checks(records, link, ring_seconds, p["TARGET_ACCURACY"])
+    step_checks(records, link, ring_seconds, p["TARGET_ACCURACY"], p["EPOCHS"])
 
 
-def step_checks(records: dict, link: dict, ring_seconds, target: float) -> None:
+def step_checks(records: dict, link: dict, ring_seconds, target: float, epochs: int) -> None:
     """Lesson 14's prediction, overlap, trace and training, read from its records."""
     gradient = records["gradient_bytes"]
     assert gradient == 4 * 1_250_858  # the seed CNN's trainable float32 numbers
@@ -671,7 +672,7 @@ def step_checks(records: dict, link: dict, ring_seconds, target: float) -> None:
     curves, reached = records["curves"], records["minutes_to_target"]
     assert sorted(curves) == ["1 x 1 core", "1 x 2 cores", "2 x 1 core"] and sorted(reached) == sorted(curves)
     for name, curve in curves.items():
-        assert len(curve["accuracy"]) == len(curve["seconds"]) == 2
+        assert len(curve["accuracy"]) == len(curve["seconds"]) == epochs
         assert sorted(curve["seconds"]) == curve["seconds"]
         learnt({"synthetic": records["synthetic"], name: curve["accuracy"][-1]}, name)
         pairs = zip(curve["seconds"], curve["accuracy"], strict=True)
