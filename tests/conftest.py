@@ -40,8 +40,8 @@ SECONDS = {
     "script_on_two_nodes": 160, "again_on_the_real_data[16": 154, "again_on_the_real_data[10": 151,
     "again_on_the_real_data[08": 147, "again_on_the_real_data[14": 134, "again_on_the_real_data[12": 132,
     "solution_on_real_data[10": 102, "any_data[11": 91, "again_on_the_real_data[09": 89,
-    "killed_twice_and_restarted": 130, "jax_route_needs_no_tensorflow": 76,
-    "cli_study_on_one_and_two": 72, "again_on_the_real_data[04": 69,
+    "killed_twice_and_restarted": 130, "make_run_end_to_end": 78, "jax_route_needs_no_tensorflow": 76,
+    "a_good_set_up_passes": 74, "cli_study_on_one_and_two": 72, "again_on_the_real_data[04": 69,
     "isolated_workers_listen_on_no_port": 63, "runs_killed_mid_epoch_resume": 60,
     "jax_route_resumes_exactly": 59, "the_shards_hold": 49, "any_data[13": 48,
     "solution_on_real_data[11": 44, "solution_on_real_data[08": 43, "again_on_the_real_data[06": 43,
@@ -217,9 +217,6 @@ BACKGROUND = {
     "parallel": ("tests.unit.test_data_parallel:children", ["tests.unit.test_data_parallel"]),
     "towers": ("tests.unit.speed.test_study:towers_children",
                ["tests.unit.speed.test_study", "tests.unit.keras2.test_fit_generator"]),
-    # make run, whole: make check's timed list, then a tiny series (its checklist is preflight's good set-up)
-    "make_run": ("tests.unit.classroom.test_runner:make_run_children",
-                 ["tests.unit.classroom.test_runner", "tests.unit.classroom.test_preflight"]),
 }  # fmt: skip
 
 

@@ -8,13 +8,12 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from mgtutor.classroom import preflight
 from mgtutor.support.checklist import format_checklist
-from tests.conftest import ROOT, background
+from tests.conftest import ROOT
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -79,16 +78,14 @@ def test_data_missing_and_a_port_taken_fail_naming_the_fix(monkeypatch, tmp_path
 
 
 @pytest.mark.slow
-def test_a_good_set_up_passes_with_the_parity_number(run_once):
+def test_a_good_set_up_passes_with_the_parity_number(tmp_path):
     if not os.environ.get("MGTUTOR_DATA_DIR"):
         pytest.skip("MGTUTOR_DATA_DIR not set: the data lines would be red")
-    # The whole checklist, as make run's end-to-end test ran it (test_runner): one run of its timed steps.
-    made = run_once("make_run", background("make_run"))
-    assert made["returncode"] == 0, made["stdout"] + made["stderr"]
-    (run_dir,) = map(Path, made["runs"])
-    listed = json.loads((run_dir / "summary.json").read_text())["preflight"]
-    assert not preflight.failed([preflight.Check(**check) for check in listed])
-    checks = {c["name"]: c for c in listed}
+    done = _run("--json", env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ok"] is True
+    checks = {c["name"]: c for c in report["checks"]}
     smoke = checks[preflight.SMOKE]
     assert smoke["ok"] and "max weight difference" in smoke["detail"]
     difference = float(smoke["detail"].split("max weight difference ")[1].split()[0])

@@ -38,10 +38,6 @@ def _notebook(path, parameters: str, body: str) -> None:
 def tiny_series(tmp_path):
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    return _tiny_series(folder)
-
-
-def _tiny_series(folder: Path) -> Path:
     _notebook(folder / "00_first.ipynb", "EPOCHS = 3\nRATE = 0.5",
               "import base64\nfrom IPython.display import Image, display\nfrom mgtutor import record\n"
               f"display(Image(data=base64.b64decode('{TINY_PNG}')))\n"
@@ -314,32 +310,16 @@ def test_make_capstone_runs_it_whole_unless_given_a_budget():
     assert _runner_parameters(_make("-n", "capstone", "MINUTES=5").stdout) == {"MINUTES": "5"}
 
 
-MAKE_RUN_NAME = "a b 'c' \"d\""
-
-
-def make_run_children(folder: Path) -> dict:
-    """`make run` of a tiny series, whole (make check's list first), then one refused: shared with
-    test_preflight, whose good set-up reads this run's checklist instead of timing every step again."""
-    series = folder / "notebooks"
-    series.mkdir()
-    _tiny_series(series)
+@pytest.mark.slow
+def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
+    name = "a b 'c' \"d\""
     # make check's list comes first, its timed steps too: over 120 s on an AVX2-only CPU under test-all's load
-    done = _make("run", f"NOTEBOOKS={series}", f"RUNS={folder / 'runs'}", f"NAME={MAKE_RUN_NAME}", "EPOCHS=5",
+    done = _make("run", f"NOTEBOOKS={tiny_series}", f"RUNS={tmp_path / 'runs'}", f"NAME={name}", "EPOCHS=5",
                  "RUN_ARGS=--only 01", timeout=900)  # fmt: skip
-    runs = list((folder / "runs").iterdir()) if (folder / "runs").is_dir() else []
-    refused = _make("run", f"NOTEBOOKS={series}", f"RUNS={folder / 'refused'}", "EPOCHS=five")
-    return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
-            "runs": [str(run) for run in runs], "refused": {"returncode": refused.returncode,
-            "stderr": refused.stderr, "wrote": (folder / "refused").exists()}}  # fmt: skip
-
-
-def test_make_run_end_to_end_and_refuses_a_bad_value(run_once):
-    made = run_once("make_run", make_run_children)
-    assert made["returncode"] == 0, made["stdout"] + made["stderr"]
-    (run_dir,) = map(Path, made["runs"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
     (entry,) = json.loads((run_dir / "summary.json").read_text())["notebooks"]
-    assert entry["parameters"] == {"EPOCHS": 5, "NAME": MAKE_RUN_NAME} and entry["records"] == {
-        "name_seen": MAKE_RUN_NAME}
+    assert entry["parameters"] == {"EPOCHS": 5, "NAME": name} and entry["records"] == {"name_seen": name}
     assert (run_dir / "index.html").is_file() and (run_dir / "01_second.html").is_file()
     # make check's list heads the console output, the summary and the page (a FAIL would not stop the run)
     checks = json.loads((run_dir / "summary.json").read_text())["preflight"]
@@ -348,17 +328,17 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(run_once):
     assert [c["name"] for c in checks][: len(names)] == names
     assert json.loads((run_dir / "summary.json").read_text())["estimate_seconds"] > 0  # the run-time line
     assert json.loads((run_dir / "summary.json").read_text())["only"] == ["01"]  # memory_need skips it
-    assert "Preflight (make check):" in made["stdout"] and "2-device smoke step" in made["stdout"]
+    assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
     page = (run_dir / "index.html").read_text()
     assert "<h2>Preflight</h2>" in page and "2-device smoke step" in page
     # Memory of the kernel and its children: more than a bare Python, and the peak bounds the end.
     assert 30 < entry["end_rss_mb"] <= entry["peak_rss_mb"] < 4096
     assert "<th>peak MB</th>" in page
 
-    refused = made["refused"]
-    assert refused["returncode"] != 0
-    assert "EPOCHS='five' does not fit 00_first.ipynb" in refused["stderr"]
-    assert not refused["wrote"]
+    refused = _make("run", f"NOTEBOOKS={tiny_series}", f"RUNS={tmp_path / 'refused'}", "EPOCHS=five")
+    assert refused.returncode != 0
+    assert "EPOCHS='five' does not fit 00_first.ipynb" in refused.stderr
+    assert not (tmp_path / "refused").exists()
 
 
 @pytest.mark.slow
