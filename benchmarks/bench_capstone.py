@@ -20,7 +20,8 @@ number format (the lesson picks the fastest).
 
 `speed` times the training step on one batch of random images (after its first step, which traces and with
 XLA compiles it, and a warm-up step), the variants interleaved `--repeats` times: float32 and mixed
-bfloat16, each with and without XLA, at both widths and at the smaller sides of progressive resizing; and
+bfloat16, each with and without XLA, at both widths and at the smaller sides of progressive resizing; the
+network with Keras's `gelu` in place of the lesson's `float32_gelu` (each format and width, XLA off); and
 one pass of the 10,000-image test set. Run it on a quiet machine.
 
 `comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each, epoch by
@@ -68,6 +69,7 @@ LEVERS = {
 SWITCHES = {"whitening": True, "identity": True, "alternate": True, "views": False, "bias_boost": 1.0,
             "initial_scale": "keras"}  # fmt: skip
 PRECISIONS = ("float32", "mixed_bfloat16")
+KERASS_GELU = ", Keras's gelu"  # the speed study's step with Keras's own gelu in place of float32_gelu
 
 
 def recipe_of(options: dict) -> dict:
@@ -313,6 +315,23 @@ def comparisons(args) -> None:
     print("\n".join(rows))
 
 
+def with_kerass_gelu(model):
+    """A copy of the lesson's network with Keras's own `gelu` where it has `float32_gelu`: the step before."""
+    import keras
+
+    from mgtutor.training.capstone import float32_gelu
+
+    def swapped(layer):
+        config = layer.get_config()
+        if isinstance(layer, keras.layers.Activation) and layer.activation is float32_gelu:
+            config["activation"] = "gelu"
+        return layer.__class__.from_config(config)
+
+    copy = keras.models.clone_model(model, clone_function=swapped)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def speed(args) -> None:
     _setup(args.devices)
     _header("speed")
@@ -329,20 +348,23 @@ def speed(args) -> None:
     labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)]
     test = rng.normal(size=(10_000, 32, 32, 3)).astype(np.float32)
     whitening = whitening_filters(images[:256])
-    # (precision, XLA, widths, side); XLA at full size only, and not over logical devices (it cannot compile
-    # the strategy's step there)
+    # (precision, XLA, widths, side, Keras's gelu); XLA at full size only, and not over logical devices (it
+    # cannot compile the strategy's step there); right after each full-size step without XLA, the same with
+    # Keras's gelu: the pair timed side by side
     variants = {
-        f"{p}, XLA {'on' if x else 'off'}, {w[1]} wide, {s}x{s}": (p, x, w, s)
+        f"{p}, XLA {'on' if x else 'off'}, {w[1]} wide, {s}x{s}{gelu}": (p, x, w, s, bool(gelu))
         for w in ((64, 128, 128), (64, 256, 256)) for p in PRECISIONS for x in (False, True)
         for s in (32, 24, 16) if (s == 32 or not x) and (args.devices == 1 or not x)
+        for gelu in ("", KERASS_GELU) if not gelu or (s == 32 and not x)
     }  # fmt: skip
     rates: dict[str, list[float]] = {}
     for repeat in range(args.repeats):
-        for name, (precision, xla, widths, side) in variants.items():
+        for name, (precision, xla, widths, side, kerass_gelu) in variants.items():
 
-            def build(widths=widths):  # noqa: B023  (called at once, below)
+            def build(widths=widths, kerass_gelu=kerass_gelu):  # noqa: B023  (called at once, below)
                 with strategy.scope():
-                    return build_capstone_cnn(whitening=whitening, widths=widths, seed=0)
+                    model = build_capstone_cnn(whitening=whitening, widths=widths, seed=0)
+                    return with_kerass_gelu(model) if kerass_gelu else model
 
             x = images if side == 32 else tf.image.resize(images, [side, side]).numpy()
             rates.setdefault(name, []).append(step_rate(build, x, labels, precision, xla, args.steps)[0])
@@ -366,6 +388,12 @@ def speed(args) -> None:
     for name, values in rates.items():
         ratio = "" if "seconds" in name else f"x{statistics.median(values) / base:.2f}"
         print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f}-{max(values):.1f} | {ratio} |")
+    print("\n| step | float32_gelu over Keras's gelu, each repeat's pair: median | range |")
+    print("| --- | --- | --- |")
+    for name in (name for name in rates if name.endswith(KERASS_GELU)):
+        step = name.removesuffix(KERASS_GELU)
+        pairs = [ours / theirs for ours, theirs in zip(rates[step], rates[name], strict=True)]
+        print(f"| {step} | x{statistics.median(pairs):.2f} | {min(pairs):.2f}-{max(pairs):.2f} |")
 
 
 def main(argv: list[str] | None = None) -> None:

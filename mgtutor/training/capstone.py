@@ -148,6 +148,23 @@ def start_as_identity(model: keras.Model) -> int:
     return count
 
 
+@tf.function(jit_compile=True)
+def _gelu_backward(x, upstream):
+    x32 = tf.cast(x, tf.float32)  # float32 inside: one pass in, one out, whatever the format outside
+    cdf = 0.5 * (1 + tf.math.erf(x32 * 0.7071067811865476))  # Phi(x)
+    density = tf.exp(-0.5 * x32 * x32) * 0.3989422804014327  # phi(x)
+    return tf.cast(tf.cast(upstream, tf.float32) * (cdf + x32 * density), x.dtype)
+
+
+@keras.saving.register_keras_serializable(package="capstone")
+@tf.custom_gradient
+def float32_gelu(x):
+    """Keras's exact GELU, x * Phi(x), in float32 and rounded once to x's format: what Keras's `gelu` computes
+    in a float32 layer, to the bit (`portable` saves it so). Its gradient: one XLA-compiled pass."""
+    forward = tf.cast(keras.activations.gelu(tf.cast(x, tf.float32)), x.dtype)
+    return forward, lambda upstream: _gelu_backward(x, upstream)
+
+
 def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, whitening=None,
                        widths=(64, 128, 128), identity: bool = True, seed: int | None = None) -> keras.Model:
     """airbench's network: a frozen first layer (`whitening_filters`, its `Bias` apart; None: a learnt one),
@@ -160,13 +177,13 @@ def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, wh
              else layers.Conv2D(whitening.shape[-1], whitening.shape[0], use_bias=False, trainable=False,
                                 name="whitening", kernel_initializer=keras.initializers.Constant(whitening)))
     bias = Bias(trainable=False, name="whitening_bias")  # frozen unless `WhiteningBias` lets it learn
-    x = layers.Activation("gelu")(first(inputs) if whitening is None else bias(first(inputs)))
+    x = layers.Activation(float32_gelu)(first(inputs) if whitening is None else bias(first(inputs)))
     for width in widths:
         for pool in (True, False):
             x = layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
             x = layers.MaxPooling2D()(x) if pool else x
             x = layers.BatchNormalization(momentum=0.6, epsilon=1e-12, scale=False, synchronized=True)(x)
-            x = layers.Activation("gelu")(x)
+            x = layers.Activation(float32_gelu)(x)
     logits = layers.Dense(num_classes, use_bias=False)(layers.GlobalMaxPooling2D()(x))
     model = keras.Model(inputs, layers.Rescaling(1 / 9, dtype="float32")(logits), name="capstone_cnn")
     if identity:
@@ -333,7 +350,8 @@ def tta_view(images, labels, which: int):
 
 def portable(model: keras.Model) -> keras.Model:
     """A copy of `model` made of Keras's own layers, for a file that loads where mgtutor is not installed: the
-    frozen `Bias` folded into the whitening convolution's own bias (the same sums, the same predictions)."""
+    frozen `Bias` folded into the whitening convolution's own bias, `float32_gelu` as Keras's `gelu` in a
+    float32 layer (the same sums, the same predictions)."""
     def without_bias(layer, *args, **kwargs):  # the copy's graph skips the `Bias` layer
         return args[0] if isinstance(layer, Bias) else layer(*args, **kwargs)
 
@@ -341,6 +359,8 @@ def portable(model: keras.Model) -> keras.Model:
         config = layer.get_config()
         if isinstance(layer, keras.layers.Conv2D) and layer.name == "whitening":
             config["use_bias"] = True
+        if isinstance(layer, keras.layers.Activation) and layer.activation is float32_gelu:
+            config.update(activation="gelu", dtype="float32")  # Keras's own: the same numbers
         return layer.__class__.from_config(config)
 
     copy = keras.models.clone_model(model, clone_function=built_in, call_function=without_bias)

@@ -711,6 +711,10 @@ def _(records: dict, p: dict) -> None:
     # each output's mean square is lambda / (lambda + eps) = 1 - eps |filter|^2, at most 1 (lesson's claim)
     low, high = whitening["mean_squares"]
     assert whitening["predicted_error"] < 1e-5 and 0 < low <= high <= 1
+    gelu = records["gelu"]  # float32_gelu's values are Keras's gelu's, its gradient within float32 rounding
+    assert gelu["differences"]["values"] == 0.0 and gelu["differences"]["gradients"] < 1e-5
+    assert set(gelu["ms"]) == {"float32", "bfloat16"}
+    assert all(len(ms) == 5 and min(ms) > 0 for each in gelu["ms"].values() for ms in each.values())
     arithmetic = records["arithmetic"]  # the fastest of those timed: float32 and bfloat16, XLA on one device
     formats = [p["PRECISION"]] if p["PRECISION"] else ["float32", "mixed_bfloat16"]
     compilers = [p["XLA"]] if p["XLA"] is not None else [False, True] if p["N_DEVICES"] == 1 else [False]

@@ -21,6 +21,7 @@ from mgtutor.training.capstone import (
     epoch_sides,
     evaluation_stream,
     flip_and_crop,
+    float32_gelu,
     race_arithmetic,
     start_as_identity,
     step_rate,
@@ -277,6 +278,34 @@ def test_the_test_views_mirror_and_shift_by_one_pixel():
 
 
 @pytest.mark.slow  # XLA compiles the whole step: about half a minute
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_float32_gelu_is_kerass_gelu_in_float32_to_the_bit_with_the_exact_derivative(dtype):
+    import math
+
+    import keras
+    import tensorflow as tf
+
+    x = np.concatenate([np.linspace(-8, 8, 2001), [0.0, -0.0, 1e-30, -40.0, 40.0]]).astype(np.float32)
+    inputs = tf.cast(x, dtype)  # bfloat16: the inputs rounded, as a bfloat16 layer hands them on
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        values = float32_gelu(inputs)
+    upstream = np.linspace(0.5, 1.5, len(x)).astype(np.float32)  # the chain rule, not the derivative alone
+    gradients = tape.gradient(values, inputs, output_gradients=tf.cast(upstream, dtype))
+    assert values.dtype == gradients.dtype == inputs.dtype
+    # What portable's copy computes: Keras's gelu in a float32 layer, then the next layer's cast.
+    copy = tf.cast(keras.activations.gelu(tf.cast(inputs, tf.float32)), dtype)
+    np.testing.assert_array_equal(values.numpy(), copy.numpy())
+    # The derivative Phi(x) + x phi(x), in float64 from the same (rounded) inputs, times the upstream.
+    t = tf.cast(inputs, tf.float64).numpy()
+    root = math.sqrt(2)
+    exact = np.array([0.5 * (1 + math.erf(v / root)) + v * math.exp(-v * v / 2) / (root * math.sqrt(math.pi))
+                      for v in t]) * upstream.astype(np.float64)  # fmt: skip
+    # float32: a few units in the last place of a value up to 1.6; bfloat16: one rounding of 8 bits.
+    tolerance = 2e-6 if dtype == "float32" else 2.0**-8
+    np.testing.assert_allclose(tf.cast(gradients, tf.float64).numpy(), exact, rtol=tolerance, atol=tolerance)
+
+
 def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
 
     rng = np.random.default_rng(0)
