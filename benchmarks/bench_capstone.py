@@ -21,8 +21,9 @@ number format (the lesson picks the fastest).
 `speed` times the training step on one batch of random images (after its first step, which traces and with
 XLA compiles it, and a warm-up step), the variants interleaved `--repeats` times: float32 and mixed
 bfloat16, each with and without XLA, at both widths and at the smaller sides of progressive resizing; the
-network with Keras's `gelu` in place of the lesson's `float32_gelu` (each format and width, XLA off); and
-one pass of the 10,000-image test set. Run it on a quiet machine.
+network with Keras's `gelu` in place of the lesson's `float32_gelu` (each format and width, XLA off, timed
+right after its pair; `--gelu-pairs`: those pairs alone); and one pass of the 10,000-image test set. Run it
+on a quiet machine.
 
 `comparisons` trains the seeds' recipes on the whole data set for `--minutes` of wall time each, epoch by
 epoch, and tests after each epoch on the whole test set (the minutes include it): seed 000's CNN with RMSprop
@@ -356,6 +357,7 @@ def speed(args) -> None:
         for w in ((64, 128, 128), (64, 256, 256)) for p in PRECISIONS for x in (False, True)
         for s in (32, 24, 16) if (s == 32 or not x) and (args.devices == 1 or not x)
         for gelu in ("", KERASS_GELU) if not gelu or (s == 32 and not x)
+        if not args.gelu_pairs or (s == 32 and not x)
     }  # fmt: skip
     rates: dict[str, list[float]] = {}
     for repeat in range(args.repeats):
@@ -417,6 +419,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=512, help="global batch (speed)")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (speed)")
     parser.add_argument("--devices", type=int, default=1, help="logical devices (speed)")
+    parser.add_argument(
+        "--gelu-pairs", action="store_true", help="only the 32x32 steps, no XLA, beside Keras's gelu (speed)"
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="wall time per recipe (comparisons)")
     parser.add_argument("--train-all", type=int, default=None, help=argparse.SUPPRESS)  # tests: fewer images
     args = parser.parse_args(argv)
