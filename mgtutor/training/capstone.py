@@ -156,13 +156,17 @@ def _gelu_backward(x, upstream):
     return tf.cast(tf.cast(upstream, tf.float32) * (cdf + x32 * density), x.dtype)
 
 
-@keras.saving.register_keras_serializable(package="capstone")
 @tf.custom_gradient
+def _gelu_with_gradient(x):
+    forward = tf.cast(keras.activations.gelu(tf.cast(x, tf.float32)), x.dtype)
+    return forward, lambda upstream: _gelu_backward(x, upstream)
+
+
+@keras.saving.register_keras_serializable(package="capstone")  # a plain function: a saved model names it
 def float32_gelu(x):
     """Keras's exact GELU, x * Phi(x), in float32 and rounded once to x's format: what Keras's `gelu` computes
     in a float32 layer, to the bit (`portable` saves it so). Its gradient: one XLA-compiled pass."""
-    forward = tf.cast(keras.activations.gelu(tf.cast(x, tf.float32)), x.dtype)
-    return forward, lambda upstream: _gelu_backward(x, upstream)
+    return _gelu_with_gradient(x)
 
 
 def build_capstone_cnn(input_shape=(None, None, 3), num_classes: int = 10, *, whitening=None,

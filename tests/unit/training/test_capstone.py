@@ -306,6 +306,19 @@ def test_float32_gelu_is_kerass_gelu_in_float32_to_the_bit_with_the_exact_deriva
     np.testing.assert_allclose(tf.cast(gradients, tf.float64).numpy(), exact, rtol=tolerance, atol=tolerance)
 
 
+def test_a_model_with_float32_gelu_saves_and_loads_back_with_the_same_predictions(tmp_path):
+    import keras
+
+    # A saved model names its activation; a custom-gradient object (not a function) could not be loaded back.
+    layers = keras.layers
+    model = keras.Sequential([keras.Input((6,)), layers.Dense(5), layers.Activation(float32_gelu)])
+    model.save(tmp_path / "gelu.keras")
+    loaded = keras.saving.load_model(tmp_path / "gelu.keras")
+    assert loaded.layers[-1].activation is float32_gelu
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
 def test_one_step_compiled_by_xla_updates_the_weights_as_the_plain_step():
 
     rng = np.random.default_rng(0)
