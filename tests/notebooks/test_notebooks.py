@@ -128,10 +128,12 @@ TINY_PER_NOTEBOOK: dict[str, dict] = {
     # Exercise 1 asks for 4 devices and counts a 256-wide MLP; exercise 2 compiles a 4-layer one.
     "13_sharding_solutions": {"N_DEVICES": 4, "WIDTH": 256, "REMAT_DEPTH": 4, "REMAT_WIDTH": 128,
                               "REMAT_BATCH": 256},
-    # 18: a 256-wide block over 4 devices; 2 stages of 8-image microbatches, m 1, 2, 4 (m = 4 > p = 2 shows
-    # 1F1B's cap), timed twice; the 3D table on 4 devices for widths 128-512, 256 images in 8 microbatches.
-    "18_pipeline_parallelism": {"N_DEVICES": 4, "WIDTH": 256, "MICROBATCH": 8, "MICROBATCH_COUNTS": [1, 2, 4],
-                                "REPEATS": 2, "WIDTHS": [128, 256, 512], "TABLE_BATCH": 256, "BUDGET_MIB": 8},
+    # 18: a 512-wide block over 4 devices; 2 stages of 32-image microbatches (the size where the bubble's
+    # direction shows over the link's cost), m 1, 2, 4 (m = 4 > p = 2 shows 1F1B's cap), timed 3 times; the
+    # 3D table on 4 devices for widths 128-512, 256 images in 8 microbatches.
+    "18_pipeline_parallelism": {"N_DEVICES": 4, "WIDTH": 512, "MICROBATCH": 32,
+                                "MICROBATCH_COUNTS": [1, 2, 4], "REPEATS": 3, "WIDTHS": [128, 256, 512],
+                                "TABLE_BATCH": 256, "BUDGET_MIB": 8},
     "18_pipeline_parallelism_solutions": {"N_DEVICES": 4, "WIDTH": 512, "MICROBATCHES": 4, "REPEATS": 2,
                                           "TABLE_WIDTH": 512, "TABLE_BATCH": 256, "BUDGET_MIB": 8},
 }
@@ -1380,11 +1382,15 @@ def _(records: dict, p: dict) -> None:
         assert records[f"gradients_{kind}"]["difference"] <= 1e-5 * records[f"gradients_{kind}"]["largest"]
     # The bubble's direction only: idle fractions timed on cores shared with other work cannot be held to
     # a tolerance around the formula (the formula leaves out the link and unequal stages); more microbatches
-    # must still leave the stages idle for less of the step.
+    # must still leave the stages idle for less of the step, once a microbatch's compute outweighs its trip
+    # over the link. Below that the link's fixed cost per microbatch is most of the idle time and the
+    # direction is noise: CI's run at 8 images x 256 wide, beside another test, measured idle 0.58 at m = 1
+    # and 0.65 at m = 4; at 32 x 512 with one core kept busy, 0.54-0.69 against 0.38-0.41 (3 runs here).
     bubble, counts = records["bubble"], p["MICROBATCH_COUNTS"]
     for kind in ("GPipe", "1F1B"):
         idle = {m: sum(bubble[f"{kind} {m}"]["idle"]) / 2 for m in counts}  # the 2 stages' mean
-        assert idle[max(counts)] < idle[1], idle
+        if p["MICROBATCH"] * p["WIDTH"] >= 32 * 512 and 1 in counts:
+            assert idle[max(counts)] < idle[1], idle
         assert [bubble[f"{kind} {m}"]["formula"] for m in counts] == [1 / (m + 1) for m in counts]
     for row in bubble.values():  # the compute columns are what the idle fractions were read from
         assert all(0 < c <= row["step_ms"] for c in row["compute_ms"])
