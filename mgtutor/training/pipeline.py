@@ -306,12 +306,15 @@ class Pipeline:
             arguments = (s, where, theirs, previous, following)
             process = context.Process(target=_worker, args=arguments, daemon=True)
             process.start()
+            theirs.close()  # the worker's end lives in the worker alone: if it dies, our recv sees the end
+            self._controls.append(ours)
+            self._processes.append(process)
             # The stage's layers as Keras configs, and their weights: the worker builds its own copy.
             configs = [keras.saving.serialize_keras_object(layer) for layer in here]
             weights = [w for layer in here for w in layer.get_weights()]
-            ours.send((configs, int(here[0].input.shape[-1]), weights))
-            self._controls.append(ours)
-            self._processes.append(process)
+            self._send(s, (configs, int(here[0].input.shape[-1]), weights))
+        for end in (end for link in links for end in link):
+            end.close()  # so a stage whose neighbour dies sees the end of their link instead of waiting on it
 
     @staticmethod
     def cut(model: Any, p: int) -> list[list[Any]]:
@@ -325,21 +328,49 @@ class Pipeline:
         m = check_microbatches(len(x), microbatches)
         schedule = pipeline_schedule(kind, self.p, m)
         xs, ys = np.split(np.asarray(x, "float32"), m), np.split(np.asarray(y, "float32"), m)
-        for s, control in enumerate(self._controls):
-            control.send({"order": schedule.orders[s], "rows": len(x) // m, "batch": len(x),
-                          "x": xs if s == 0 else None, "y": ys if s == self.p - 1 else None})  # fmt: skip
-        for control in self._controls:
-            control.recv()  # "ready": compiled for this shape
-        for control in self._controls:
-            control.send("go")
-        results = [control.recv() for control in self._controls]
+        for s in range(self.p):
+            self._send(s, {"order": schedule.orders[s], "rows": len(x) // m, "batch": len(x),
+                           "x": xs if s == 0 else None, "y": ys if s == self.p - 1 else None})  # fmt: skip
+        for s in range(self.p):
+            self._receive(s)  # "ready": compiled for this shape
+        for s in range(self.p):
+            self._send(s, "go")
+        results = [self._receive(s) for s in range(self.p)]
         return PipelineStep(schedule, [g for r in results for g in r["gradients"]], results[-1]["loss"],
                             [r["timeline"] for r in results], [r["peak_bytes"] for r in results])  # fmt: skip
 
+    def _send(self, s: int, item: Any) -> None:
+        try:
+            self._controls[s].send(item)
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._ended() from None
+
+    def _receive(self, s: int) -> Any:
+        try:
+            return self._controls[s].recv()
+        except (EOFError, ConnectionResetError):
+            raise self._ended() from None
+
+    def _ended(self) -> RuntimeError:
+        """The error for a worker that is gone: which stages ended, how, and the likely fix."""
+        deadline = time.monotonic() + 5  # a neighbour of the dead one ends too, on its link's end
+        for process in self._processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        codes = ", ".join(f"stage {s} exit code {p.exitcode}" for s, p in enumerate(self._processes)
+                          if not p.is_alive())  # fmt: skip
+        return RuntimeError(
+            f"A pipeline worker process ended ({codes or 'none ended yet'}); its traceback, if any, is on "
+            "stderr above. In a script, create the Pipeline under `if __name__ == \"__main__\":`: the "
+            "workers start by spawning a fresh Python, which imports the script again. "
+            "Make a new Pipeline to go on.")
+
     def close(self) -> None:
-        """Stop the workers."""
+        """Stop the workers (those still running)."""
         for control in self._controls:
-            control.send(None)
+            try:
+                control.send(None)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # that worker has already ended
         for process in self._processes:
             process.join(timeout=30)
             if process.is_alive():

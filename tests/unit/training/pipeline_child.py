@@ -10,6 +10,7 @@ are started with multiprocessing's spawn, which imports this file again: hence t
 """
 
 import os
+import time
 
 os.environ["KERAS_BACKEND"] = "jax"
 
@@ -55,6 +56,13 @@ def main() -> None:
                 pipe.step("GPipe", x[:30], y[:30], 4)
             except ValueError as err:
                 out[f"p{p}_refused"] = str(err)
+    with Pipeline(model, 2, cores_per_worker=None) as pipe:  # a worker killed: an error, not a hang
+        pipe._processes[1].kill()
+        started = time.monotonic()
+        try:
+            pipe.step("GPipe", x, y, 2)
+        except RuntimeError as err:
+            out["killed"] = {"error": str(err), "seconds": time.monotonic() - started}
     report_result(out)
 
 

@@ -10,6 +10,9 @@ most 64 terms).
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -131,3 +134,33 @@ def test_stored_activations_follow_the_schedule(child):
 def test_a_batch_m_does_not_divide_is_refused_before_any_work(child):
     for p in (2, 4):
         assert child[f"p{p}_refused"].startswith("microbatches=4 does not divide the batch of 30 examples")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_an_error_naming_the_stage_not_a_hang(child):
+    killed = child["killed"]
+    assert "stage 1 exit code -9" in killed["error"] and "Make a new Pipeline" in killed["error"]
+    # Returned at all: before, the step waited forever on the dead worker. The seconds are the live stage's
+    # start (importing JAX, compiling: 32 s here beside a test-all run) and up to 5 s joining it.
+    assert killed["seconds"] < 120
+
+
+NO_GUARD = """
+import os
+os.environ["KERAS_BACKEND"] = "jax"
+import keras
+from mgtutor.training.pipeline import Pipeline
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+Pipeline(model, 2, cores_per_worker=None).step("GPipe", [[0.0] * 4] * 2, [[1.0, 0.0]] * 2, 1)
+"""
+
+
+@pytest.mark.slow
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path):
+    # The workers are spawned: each imports the script again, which makes a Pipeline again and dies.
+    script = tmp_path / "no_guard.py"
+    script.write_text(NO_GUARD)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1
+    assert "if __name__ == \"__main__\":" in done.stderr.splitlines()[-1], done.stderr[-2000:]
