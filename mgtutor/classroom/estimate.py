@@ -1,20 +1,21 @@
 """How long `make run` takes on this laptop, estimated before it starts, from one reference step.
 
 The reference step is lesson 02's seed CNN trained on one device (`preflight_smoke.reference_step`),
-timed by `make check` and by `make run`'s own checklist. A reference run at classroom defaults measured
-both that step and every lesson's seconds; a laptop whose step is k times slower is estimated to take
-k times each lesson's seconds. Lessons do not all slow down by the same factor (process starts, XLA
-compiles and collectives weigh differently on each CPU), so the estimate is a guide, and `make run`
-sets it beside the time it took.
+timed by `make check` and by `make run`'s own checklist. A laptop whose step takes k times the reference
+CPU's is not k times slower at everything: starting kernels and processes, imports and XLA's compiles grow
+less than the step does. So each lesson's seconds are split in two (`fixed_seconds`): a part that stays
+and a part that grows k-fold, fitted from the same preset run on two CPUs whose steps differ 2.56-fold
+(`CALIBRATION`). A single ratio over whole lessons estimated the AVX2-only EPYC's run at 28 min 27 s; it
+took 17 min 12 s. The estimate is still a guide, and `make run` sets it beside the time it took.
 
 `make run` sizes the series to the laptop from the same step (`choose_preset`): where the estimate at
 classroom defaults passes `TARGET_SECONDS`, it runs the slow-laptop preset, estimated the same way from
-that preset's own run on the reference CPU (`REFERENCE["presets"]`).
+that preset's own run (`REFERENCE["presets"]`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mgtutor.classroom.presets import SLOW_LAPTOP
@@ -27,7 +28,7 @@ TARGET_SECONDS = 14 * 60
 # preset leaves them at their size.
 PENDING: dict[str, float] = {}
 # One complete `make run` at classroom defaults, nothing else running: its CPU, its reference step and
-# each lesson's seconds.
+# each lesson's seconds. A preset's run may be on another CPU: its own reference step scales it here.
 REFERENCE = {
     "run": "2026-11-29 06:42, Intel Xeon with AMX (avx512_bf16, amx_bf16), 2 cores, 13 min 40 s",
     "images_per_s": 1292.9,
@@ -41,6 +42,7 @@ REFERENCE = {
     "presets": {
         SLOW_LAPTOP: {
             "run": "2026-11-29 06:57, the same CPU, quiet, 11 min 16 s",
+            "images_per_s": 1292.9,
             "seconds": {
                 "00": 9.6, "01": 7.4, "02": 13.0, "03": 16.8, "04": 21.0, "05": 22.4, "06": 26.1,
                 "07": 54.1, "08": 45.1, "09": 29.7, "10": 28.7, "11": 47.1, "12": 47.9, "13": 27.8,
@@ -49,40 +51,86 @@ REFERENCE = {
         },
     },
 }  # fmt: skip
+# The same configuration on two CPUs: the slow-laptop preset as REFERENCE["presets"] measured it on the
+# Xeon with AMX, and `make run` choosing that preset itself on the AVX2-only EPYC, nothing else running.
+CALIBRATION = {
+    "run": "2026-11-30 23:30, AMD EPYC (AVX2 only, family 25), 2 cores, 17 min 12 s",
+    "reference_seconds": REFERENCE["presets"][SLOW_LAPTOP]["seconds"],
+    "images_per_s": 504.9,
+    "seconds": {
+        "00": 11.4, "01": 8.1, "02": 19.0, "03": 23.4, "04": 26.0, "05": 28.8, "06": 46.0, "07": 75.0,
+        "08": 75.1, "09": 46.8, "10": 49.7, "11": 94.1, "12": 63.1, "13": 32.6, "14": 96.9, "15": 82.5,
+        "16": 115.0, "17": 90.1, "18": 33.3,
+    },
+}  # fmt: skip
 
 
 def slowdown(images_per_s: float) -> float:
-    """How many times slower than the reference run's CPU this one's reference step is."""
+    """How many times the reference run's CPU's time this one's reference step takes."""
     if not images_per_s > 0:
         raise ValueError(f"images_per_s must be > 0 (a timed reference step), got {images_per_s!r}.")
     return REFERENCE["images_per_s"] / images_per_s
 
 
-def estimate_seconds(images_per_s: float, lessons: Mapping[str, float] | None = None) -> float:
-    """`make run`'s estimated seconds here: each lesson's reference seconds (`series_seconds()`: the whole
-    series at classroom defaults) times the slowdown."""
-    seconds = series_seconds() if lessons is None else lessons
-    return slowdown(images_per_s) * sum(seconds.values())
+def fixed_seconds(lesson: str) -> float:
+    """The seconds of `lesson` that do not grow with the reference step: on the calibration's two CPUs,
+    what the slower one's run spent beyond the reference's, over the steps' ratio less one, is the part that
+    grows; the rest stays. A lesson the calibration lacks grows whole (the cautious side)."""
+    fast, slow = CALIBRATION["reference_seconds"].get(lesson), CALIBRATION["seconds"].get(lesson)
+    if fast is None or slow is None:
+        return 0.0
+    grows = max(0.0, (slow - fast) / (slowdown(CALIBRATION["images_per_s"]) - 1))
+    return max(0.0, fast - grows)
+
+
+def _measured(preset: str | None) -> tuple[dict[str, float], float]:
+    """Each lesson's seconds in the run that measured `preset` (None: the defaults), and its slowdown."""
+    if preset is None:
+        return {**PENDING, **REFERENCE["seconds"]}, 1.0
+    if preset not in REFERENCE["presets"]:
+        measured_presets = sorted(REFERENCE["presets"])
+        raise ValueError(f"no reference run of the {preset} preset; measured: {measured_presets}.")
+    run = REFERENCE["presets"][preset]
+    return {**PENDING, **REFERENCE["seconds"], **run["seconds"]}, slowdown(run["images_per_s"])
+
+
+def series_seconds(preset: str | None = None, lessons: Iterable[str] | None = None,
+                   images_per_s: float | None = None) -> dict[str, float]:  # fmt: skip
+    """Each lesson's estimated seconds (`lessons`: two-digit numbers, else the whole series) at classroom
+    defaults or at `preset`, on a laptop whose reference step runs `images_per_s` (else the reference CPU's):
+    its fixed part, and the rest times the laptop's slowdown over that of the run that measured it. A lesson
+    no run measured counts its `PENDING` seconds; one the preset's run lacks, the defaults'."""
+    measured, measured_at = _measured(preset)
+    k = 1.0 if images_per_s is None else slowdown(images_per_s)
+    wanted = measured if lessons is None else lessons
+    estimated = {}
+    for lesson in (lesson for lesson in wanted if lesson in measured):
+        fixed = min(fixed_seconds(lesson), measured[lesson])
+        estimated[lesson] = fixed + k * (measured[lesson] - fixed) / measured_at
+    return estimated
+
+
+def estimate_seconds(images_per_s: float, preset: str | None = None,
+                     lessons: Iterable[str] | None = None) -> float:  # fmt: skip
+    """`make run`'s estimated seconds here (`series_seconds`), at classroom defaults or at `preset`."""
+    return sum(series_seconds(preset, lessons, images_per_s).values())
+
+
+def rate_for(seconds: float, preset: str | None = None, lessons: Iterable[str] | None = None) -> float:
+    """The reference step's images/s at which the estimate (`estimate_seconds`) is `seconds`."""
+    lessons = None if lessons is None else list(lessons)
+    fixed = sum(series_seconds(preset, lessons, float("inf")).values())  # a step that takes no time
+    grows = sum(series_seconds(preset, lessons).values()) - fixed
+    if not seconds > fixed:
+        raise ValueError(f"seconds must be > {fixed:.0f}, the part of the estimate no reference step "
+                         "changes.")
+    return REFERENCE["images_per_s"] * grows / (seconds - fixed)
 
 
 def share_of_slot(lesson: str) -> float | None:
     """Seconds of the 15-minute slot that this lesson's part of the reference run stands for."""
     seconds = REFERENCE["seconds"]
     return SLOT_SECONDS * seconds[lesson] / sum(seconds.values()) if lesson in seconds else None
-
-
-def series_seconds(preset: str | None = None, lessons: Iterable[str] | None = None) -> dict[str, float]:
-    """Each lesson's seconds on the reference run's CPU (`lessons`: two-digit numbers, else the whole series),
-    at classroom defaults or at `preset` (measured for the slow-laptop preset only); a lesson the reference
-    run lacks counts its `PENDING` seconds."""
-    measured = {**PENDING, **REFERENCE["seconds"]}
-    if preset is not None:
-        if preset not in REFERENCE["presets"]:
-            measured_presets = sorted(REFERENCE["presets"])
-            raise ValueError(f"no reference run of the {preset} preset; measured: {measured_presets}.")
-        measured.update(REFERENCE["presets"][preset]["seconds"])
-    wanted = measured if lessons is None else lessons
-    return {lesson: measured[lesson] for lesson in wanted if lesson in measured}
 
 
 @dataclass(frozen=True)
@@ -125,7 +173,7 @@ class Sizing:
 def choose_preset(images_per_s: float, lessons: Iterable[str] | None = None) -> Sizing:
     """The slow-laptop preset where the estimate at classroom defaults passes `TARGET_SECONDS`, else none."""
     lessons = None if lessons is None else list(lessons)
-    k = slowdown(images_per_s)
-    defaults = k * sum(series_seconds(None, lessons).values())
-    preset = k * sum(series_seconds(SLOW_LAPTOP, lessons).values())
-    return Sizing(SLOW_LAPTOP if defaults > TARGET_SECONDS else None, k, defaults, preset)
+    defaults = estimate_seconds(images_per_s, None, lessons)
+    preset = estimate_seconds(images_per_s, SLOW_LAPTOP, lessons)
+    chosen = SLOW_LAPTOP if defaults > TARGET_SECONDS else None
+    return Sizing(chosen, slowdown(images_per_s), defaults, preset)

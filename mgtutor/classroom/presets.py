@@ -25,9 +25,10 @@ SLOW_LAPTOP = "slow-laptop"
 # PRESET=none: the classroom defaults whatever the laptop (`make run` sizes itself otherwise: `estimate`).
 NONE = "none"
 
-# The slow-laptop preset's smaller training sets: 40 % of the defaults' steps; every lesson still learns.
+# The slow-laptop preset's smaller training sets: a fifth of the defaults' steps; every lesson still learns.
 _FEWER_IMAGES = {
-    "TRAIN_SAMPLES": (2048, "32 steps an epoch at a global batch of 64: still learns"),
+    "TRAIN_SAMPLES": (1024, "16 steps an epoch at a global batch of 64, as many in all as the tests' runs "
+                            "that learn"),
     "TEST_SAMPLES": (512, "an accuracy's noise over 512 images is still below the gaps the lesson reads"),
 }
 # preset -> lesson (its notebook's stem) -> parameter -> (value, why the lesson keeps its point).
@@ -52,9 +53,9 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
         },
     },
     # `make run` picks this one itself where its reference step says the classroom defaults would overrun
-    # the slot (`choose_preset`). Sized so that its run on the reference CPU, times the slowest CPU's
-    # slowdown (the AVX2-only EPYC: 2.57), fits the slot: fewer images, repeats and timed steps; every
-    # lesson still trains, times and compares what it did at its defaults.
+    # the slot (`choose_preset`). Sized by its run on the AVX2-only EPYC (`estimate.REFERENCE`), where it
+    # fits the slot: fewer images, repeats and timed steps; every lesson still trains, times and compares
+    # what it did at its defaults.
     SLOW_LAPTOP: {
         "02_build_cnn": _FEWER_IMAGES,
         "03_data_parallel_step": _FEWER_IMAGES,
@@ -71,13 +72,14 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "SWEEP": ([16, 32, 64], "three batch sizes still draw the curve's bend"),
             "STUDY_SAMPLES": (256, "the scaling study still times every device count on them")},  # fmt: skip
         "09_parameter_averaging": {
-            "TRAIN_SAMPLES": (4096, "every frequency still gets its rounds"),
+            "TRAIN_SAMPLES": (2048, "every frequency still gets its rounds (30 between evaluations)"),
             "EVALS": (3, "three evaluations a curve: its start, middle and end"),
         },
         "10_multi_worker": _FEWER_IMAGES,
         "11_where_time_goes": {**_FEWER_IMAGES,
             "EPOCHS": (2, "accumulation's parity and the accuracy gap need two epochs, not three"),
-            "MIXED_TRAIN_SAMPLES": (768, "bfloat16 and float32 still train the same images to compare"),
+            "MIXED_TRAIN_SAMPLES": (256, "bfloat16 and float32 still train the same images to compare "
+                                         "(without bfloat16 instructions, at a tenth of float32's pace)"),
             "TIMING_STEPS": (3, "steps a timing: warm steps are alike")},  # fmt: skip
         "12_keras_on_jax": {**_FEWER_IMAGES,
             "TIMING_CALLS": (3, "calls a timing: warm calls are alike")},  # fmt: skip
@@ -92,8 +94,8 @@ PRESETS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "TRAIN_SAMPLES": (512, "every drill needs at most 256 images"),
         },
         "16_capstone": {
-            "MINUTES": (0.75, "its training is planned to the budget from timed batches: each size and "
-                              "lookahead still run"),
+            "MINUTES": (0.5, "its training is planned to the budget from timed batches: each size and "
+                             "lookahead still run"),
         },
     },
 }

@@ -264,7 +264,7 @@ ALLOWED: list[Allowed] = [
     Allowed(
         "*",
         r"budget of 1\.5 minutes|1\.5-minute budget|uses 1\.5\)|\(`…`, 1\.5\)|"
-        r"budget of 1 minute \(0\.75 with",
+        r"budget of 1 minute \(0\.5 with",
         "setting",
         "the capstone's MINUTES in make run",
     ),

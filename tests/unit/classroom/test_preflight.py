@@ -160,23 +160,22 @@ def test_a_cpu_without_avx_fails_naming_the_minimum(monkeypatch):
 
 
 def test_the_run_time_line_names_the_preset_make_run_will_use_and_both_estimates():
-    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS, TARGET_SECONDS, series_seconds
+    from mgtutor.classroom.estimate import REFERENCE, SLOT_SECONDS, TARGET_SECONDS, rate_for
 
-    defaults, preset = sum(series_seconds().values()), sum(series_seconds("slow-laptop").values())
-    fast = REFERENCE["images_per_s"] * defaults / (0.9 * TARGET_SECONDS)  # the defaults at 90 % of the target
+    fast = rate_for(0.9 * TARGET_SECONDS)  # the defaults at 90 % of the target
     same = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=fast))
     assert same.ok and same.value == pytest.approx(0.9 * TARGET_SECONDS)
     assert same.detail.startswith("make run with no PRESET will use the classroom defaults: about 12 min 36 s"
                                   " here, within")  # fmt: skip
     assert f"{fast:,.0f} images/s" in same.detail and "with the slow-laptop preset: about " in same.detail
-    k = 0.99 * SLOT_SECONDS / preset  # past the target at defaults, the preset within the slot
-    rate = REFERENCE["images_per_s"]
-    sized = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / k))
+    rate = rate_for(0.99 * SLOT_SECONDS, "slow-laptop")  # past the target at defaults, the preset within
+    k = REFERENCE["images_per_s"] / rate
+    sized = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate))
     assert sized.ok and sized.value == pytest.approx(0.99 * SLOT_SECONDS)
     assert sized.detail.startswith("make run with no PRESET will use the slow-laptop preset: about 14 min"
                                    " 51 s here, where")  # fmt: skip
     assert f"{k:.2f}x the reference CPU's time" in sized.detail
-    slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / (1.1 * k)))
+    slow = preflight.check_run_time(preflight.Check(preflight.SMOKE, True, "", value=rate / 1.1))
     assert not slow.ok and slow.warning and slow.value > SLOT_SECONDS
     assert "Even the preset is over the 15-minute slot" in slow.detail and "slowest laptop" in slow.fix
     missing = preflight.check_run_time(preflight.Check(preflight.SMOKE, False, "failed"))

@@ -18,21 +18,42 @@ RATE = REFERENCE["images_per_s"]
 
 def _rate_at(estimate_seconds: float, lessons=None) -> float:
     """The reference step's images/s at which the classroom defaults' estimate is `estimate_seconds`."""
-    return RATE * sum(estimate.series_seconds(None, lessons).values()) / estimate_seconds
+    return estimate.rate_for(estimate_seconds, None, lessons)
 
 
 def test_the_estimate_counts_a_lesson_the_reference_run_lacks_at_its_pending_seconds(monkeypatch):
     monkeypatch.setattr(estimate, "PENDING", {"98": 60.0})
     whole = estimate.series_seconds()
-    assert whole == {**REFERENCE["seconds"], "98": 60.0}
-    assert estimate.estimate_seconds(RATE / 2) == pytest.approx(2 * sum(whole.values()))
-    assert estimate.series_seconds(None, ["16", "98", "99"]) == {"16": REFERENCE["seconds"]["16"], "98": 60.0}
+    assert whole == pytest.approx({**REFERENCE["seconds"], "98": 60.0})  # on the reference CPU: as measured
+    # 98 has no fixed part (the calibration lacks it): it grows whole, twice as long on a CPU twice as slow
+    assert estimate.series_seconds(None, ["98"], RATE / 2) == {"98": 120.0}
+    some = estimate.series_seconds(None, ["16", "98", "99"])
+    assert some == pytest.approx({"16": REFERENCE["seconds"]["16"], "98": 60.0})
     preset = estimate.series_seconds(SLOW_LAPTOP)
     assert set(preset) == set(whole)  # measured lessons from the preset's run, the rest from the defaults'
-    measured = REFERENCE["presets"][SLOW_LAPTOP]["seconds"]
-    assert all(preset[lesson] == seconds for lesson, seconds in measured.items())
     with pytest.raises(ValueError, match=r"no reference run of the low-memory preset"):
         estimate.series_seconds(presets.LOW_MEMORY)
+
+
+def test_a_lesson_splits_into_a_part_that_stays_and_a_part_that_grows_with_the_step():
+    calibration = estimate.CALIBRATION
+    k = estimate.slowdown(calibration["images_per_s"])
+    for lesson, fast in calibration["reference_seconds"].items():
+        fixed, slow = estimate.fixed_seconds(lesson), calibration["seconds"][lesson]
+        assert 0 <= fixed <= fast
+        if slow >= fast:  # the calibration's two runs, each reproduced by its part that stays and the rest
+            assert fixed + k * (fast - fixed) == pytest.approx(slow)
+    assert estimate.fixed_seconds("99") == 0.0
+    # the whole series: less than the step's ratio slower on the slower CPU, as the two runs measured
+    fast, slow = sum(calibration["reference_seconds"].values()), sum(calibration["seconds"].values())
+    assert 1 < slow / fast < k
+    # the preset's estimate is its run where it was measured, wherever that was
+    run = REFERENCE["presets"][SLOW_LAPTOP]
+    where_measured = estimate.estimate_seconds(run["images_per_s"], SLOW_LAPTOP)
+    assert where_measured == pytest.approx(sum(run["seconds"].values()))
+    assert estimate.estimate_seconds(RATE) == pytest.approx(sum(REFERENCE["seconds"].values()))
+    with pytest.raises(ValueError, match=r"seconds must be > \d+, the part of the estimate no reference"):
+        estimate.rate_for(10.0)
 
 
 def test_the_defaults_within_the_target_and_the_preset_past_it():
@@ -42,16 +63,15 @@ def test_the_defaults_within_the_target_and_the_preset_past_it():
     assert within.line().startswith("the classroom defaults: about 13 min 18 s here, within the 14-minute")
     past = choose_preset(_rate_at(1.05 * TARGET_SECONDS))
     assert past.preset == SLOW_LAPTOP and past.seconds == past.preset_seconds
-    assert past.slowdown == pytest.approx(1.05 * TARGET_SECONDS / sum(estimate.series_seconds().values()))
-    preset_total = sum(estimate.series_seconds(SLOW_LAPTOP).values())
-    assert past.preset_seconds == pytest.approx(past.slowdown * preset_total)
+    assert past.slowdown == pytest.approx(RATE / _rate_at(1.05 * TARGET_SECONDS))
+    assert past.preset_seconds == pytest.approx(estimate.estimate_seconds(RATE / past.slowdown, SLOW_LAPTOP))
+    assert past.preset_seconds < past.defaults_seconds
     assert "where the classroom defaults would take about 14 min 42 s, past the 14-minute" in past.line()
     assert f"{past.slowdown:.2f}x the reference CPU's time" in past.line()
 
 
 def test_a_preset_still_over_the_slot_says_so_and_points_to_the_guide():
-    k = 1.01 * SLOT_SECONDS / sum(estimate.series_seconds(SLOW_LAPTOP).values())
-    over = choose_preset(RATE / k)
+    over = choose_preset(estimate.rate_for(1.01 * SLOT_SECONDS, SLOW_LAPTOP))
     assert over.preset == SLOW_LAPTOP and not over.fits
     assert over.line().endswith("Even the preset is over the 15-minute slot: docs/teachers.md, "
                                 "'The slowest laptop in the room'")  # fmt: skip
