@@ -95,12 +95,13 @@ GENERATORS: dict[str, Callable[[dict], str]] = {
     "plans": teachers_plans,
 }
 # The blocks of docs/results.md: one column per CPU kind. Each: its rows, its table's first header, its note.
-_SAME_RUN = "`make run` at the classroom defaults"
+_SAME_RUN = "`make run` as it sized itself to the CPU (each run line below says at what)"
 COLUMNS: dict[str, tuple[Callable[[dict], list[tuple[str, str]]], str, str, str]] = {
     "series-by-cpu": (page.series_rows, "notebook: seconds", "make run", (
-        "Seconds per notebook of `make run` at the classroom defaults, and whether the whole series met the "
-        f"goal of {page.GOAL_SECONDS // 60} min (set for the brief's AMD EPYC; on another CPU, compare "
-        "lesson 02's seconds with that column's).")),
+        "Seconds per notebook of `make run` as it sized itself to the CPU (the classroom defaults, or the "
+        "slow-laptop preset where its reference step said the defaults would overrun the slot: each run "
+        f"line below says which), and whether the whole series met the goal of {page.GOAL_SECONDS // 60} "
+        "min on that CPU.")),
     "accuracy-by-cpu": (page.accuracy_rows, "notebook: test accuracy", "make run", (
         f"The test accuracy each notebook reaches in {_SAME_RUN}. 02 is the one-device baseline; 08's two "
         "figures are the large global batch at the same learning rate and with the linear rule plus warm-up, "

@@ -394,3 +394,11 @@ def test_the_guides_speed_reading_gives_busier_cores_only_their_own_share_of_a_s
     assert "a slowdown: the strategy's work each step" in reading((0.85, 0.95), {"1": 1.8, "2": 1.9})
     assert "the lesson does not separate the two." in reading((0.85, 0.95), {"1": 1.8, "2": 1.9})
     assert "No difference beyond the spread." in reading((0.95, 1.05), {"1": 1.8, "2": 1.9})
+
+
+def test_a_run_that_took_a_preset_is_not_called_the_classroom_defaults():
+    chosen = page.run_line(_series_summary(preset="slow-laptop"))
+    assert "2026-11-25 19:00:00 (the slow-laptop preset) on laptop" in chosen
+    both = page.run_line(_series_summary(preset="slow-laptop", overrides={"EPOCHS": 1}))
+    assert "(the slow-laptop preset, EPOCHS=1) on laptop" in both
+    assert "(classroom defaults)" in page.run_line(_series_summary(preset=None))
