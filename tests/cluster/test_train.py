@@ -179,8 +179,10 @@ def test_the_jax_route_needs_no_tensorflow_and_trains_alike_on_one_process_and_t
     shards, tmp_path, without_tensorflow
 ):
     """JAX: XLA sizes its thread pool by the cores a process may use, so a pinned worker (one core)
-    sums in another order than one process with 2 devices: float32 rounding, here within 1e-6 after
-    5 steps (measured 1.5e-8, Intel Xeon 2026-11-28), growing as training goes on."""
+    sums in another order than one process with 2 devices: float32 rounding, growing as training goes
+    on. After 5 steps: 1.5e-8 on an Intel Xeon (2026-11-28), 2.6e-5 on an AVX2-only AMD EPYC (2026-11-30,
+    another CPU's kernels); a gradient left out of the all-reduce moves weights by the learning rate (0.01)
+    times a gradient's difference a step, orders above the bound of 1e-4."""
     hidden = {"PYTHONPATH": without_tensorflow}
     one = _run(tmp_path, shards, "one", "--steps", "5", "--devices", "2", "--backend", "jax", env=hidden)
     assert one.returncode == 0, one.stderr[-2000:]
@@ -191,7 +193,7 @@ def test_the_jax_route_needs_no_tensorflow_and_trains_alike_on_one_process_and_t
     result = launch([sys.executable, str(SCRIPT)], 2, args=args, cores_per_worker=1, timeout=600,
                     stream=False, env=hidden)
     assert result.ok, result
-    assert _largest_difference(tmp_path / "one", tmp_path / "two") <= 1e-6
+    assert _largest_difference(tmp_path / "one", tmp_path / "two") <= 1e-4
     saved_model = str(tmp_path / "two" / "model.keras")
     saved = subprocess.run(
         [sys.executable, "-c", f"import keras, numpy as np; m = keras.saving.load_model({saved_model!r}); "
