@@ -39,6 +39,9 @@ REFERENCE = {
     },
     # `make run PRESET=slow-laptop` on the same CPU, nothing else running, right after the run above (its
     # reference step 1,265.5 images/s, within 2 % of that run's): each lesson's seconds (`series_seconds`).
+    # The preset has shrunk since (2026-12-01: fewer images in 02-12, the capstone 0.5 min): until a quiet
+    # run of it replaces these, its estimate is on the high side (an interrupted run on the AVX2-only EPYC,
+    # its host 1.8x slower than an hour before, took 0.70-0.76 of the larger preset's seconds there).
     "presets": {
         SLOW_LAPTOP: {
             "run": "2026-11-29 06:57, the same CPU, quiet, 11 min 16 s",
