@@ -6,7 +6,9 @@ CPU's is not k times slower at everything: starting kernels and processes, impor
 less than the step does. So each lesson's seconds are split in two (`fixed_seconds`): a part that stays
 and a part that grows k-fold, fitted from the same preset run on two CPUs whose steps differ 2.56-fold
 (`CALIBRATION`). A single ratio over whole lessons estimated the AVX2-only EPYC's run at 28 min 27 s; it
-took 17 min 12 s. The estimate is still a guide, and `make run` sets it beside the time it took.
+took 17 min 12 s. The split is between CPUs; a shared host that slows in its busy hours slows the part
+that stays as well, so an estimate from a run in one of those hours errs for the other. The estimate is a
+guide, and `make run` sets it beside the time it took.
 
 `make run` sizes the series to the laptop from the same step (`choose_preset`): where the estimate at
 classroom defaults passes `TARGET_SECONDS`, it runs the slow-laptop preset, estimated the same way from
@@ -37,28 +39,32 @@ REFERENCE = {
         "08": 59.1, "09": 34.1, "10": 38.0, "11": 54.1, "12": 68.1, "13": 28.4, "14": 85.8, "15": 63.1,
         "16": 78.8, "17": 62.2, "18": 23.6,
     },
-    # `make run PRESET=slow-laptop` on the same CPU, nothing else running, right after the run above (its
-    # reference step 1,265.5 images/s, within 2 % of that run's): each lesson's seconds (`series_seconds`).
-    # The preset has shrunk since (2026-12-01: fewer images in 02-12, the capstone 0.5 min): until a quiet
-    # run of it replaces these, its estimate is on the high side (an interrupted run on the AVX2-only EPYC,
-    # its host 1.8x slower than an hour before, took 0.70-0.76 of the larger preset's seconds there).
+    # The slow-laptop preset as it is now (2026-12-01: fewer images in 02-12, the capstone 0.5 min),
+    # `make run` choosing it itself on the AVX2-only EPYC in one of its host's slow hours: each lesson's
+    # seconds (`series_seconds`) and the reference step `make run` timed before it (359.2 images/s after).
     "presets": {
         SLOW_LAPTOP: {
-            "run": "2026-11-29 06:57, the same CPU, quiet, 11 min 16 s",
-            "images_per_s": 1292.9,
+            "run": "2026-12-01 03:14, AMD EPYC (AVX2 only, family 25), 2 cores, 24 min 43 s",
+            "images_per_s": 277.6,
             "seconds": {
-                "00": 9.6, "01": 7.4, "02": 13.0, "03": 16.8, "04": 21.0, "05": 22.4, "06": 26.1,
-                "07": 54.1, "08": 45.1, "09": 29.7, "10": 28.7, "11": 47.1, "12": 47.9, "13": 27.8,
-                "14": 58.6, "15": 60.4, "16": 63.1, "17": 64.4, "18": 23.3,
+                "00": 22.7, "01": 15.1, "02": 22.1, "03": 31.1, "04": 40.1, "05": 55.1, "06": 60.1,
+                "07": 107.1, "08": 94.1, "09": 66.1, "10": 56.2, "11": 117.2, "12": 85.2, "13": 56.1,
+                "14": 153.2, "15": 110.2, "16": 164.2, "17": 150.2, "18": 50.8,
             },
         },
     },
 }  # fmt: skip
-# The same configuration on two CPUs: the slow-laptop preset as REFERENCE["presets"] measured it on the
-# Xeon with AMX, and `make run` choosing that preset itself on the AVX2-only EPYC, nothing else running.
+# The same configuration on two CPUs, nothing else running on either: the slow-laptop preset as it was
+# before 2026-12-01, run on the reference CPU right after its REFERENCE run (its reference step within 2 %
+# of that run's), and `make run` choosing that preset itself on the AVX2-only EPYC.
 CALIBRATION = {
+    "reference_run": "2026-11-29 06:57, the reference CPU, `make run PRESET=slow-laptop`, 11 min 16 s",
+    "reference_seconds": {
+        "00": 9.6, "01": 7.4, "02": 13.0, "03": 16.8, "04": 21.0, "05": 22.4, "06": 26.1, "07": 54.1,
+        "08": 45.1, "09": 29.7, "10": 28.7, "11": 47.1, "12": 47.9, "13": 27.8, "14": 58.6, "15": 60.4,
+        "16": 63.1, "17": 64.4, "18": 23.3,
+    },
     "run": "2026-11-30 23:30, AMD EPYC (AVX2 only, family 25), 2 cores, 17 min 12 s",
-    "reference_seconds": REFERENCE["presets"][SLOW_LAPTOP]["seconds"],
     "images_per_s": 504.9,
     "seconds": {
         "00": 11.4, "01": 8.1, "02": 19.0, "03": 23.4, "04": 26.0, "05": 28.8, "06": 46.0, "07": 75.0,

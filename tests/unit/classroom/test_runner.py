@@ -326,6 +326,7 @@ def test_make_run_end_to_end_and_refuses_a_bad_value(tiny_series, tmp_path):
     names = ["python", "tensorflow", "keras", "jax", "package", "cpu", "2-device smoke step", "run time",
              "2-device JAX smoke step"]  # fmt: skip
     assert [c["name"] for c in checks][: len(names)] == names
+    assert "capstone arithmetic" not in [c["name"] for c in checks]  # lesson 16 times it in the same run
     assert json.loads((run_dir / "summary.json").read_text())["estimate_seconds"] > 0  # the run-time line
     assert json.loads((run_dir / "summary.json").read_text())["only"] == ["01"]  # memory_need skips it
     assert "Preflight (make check):" in done.stdout and "2-device smoke step" in done.stdout
