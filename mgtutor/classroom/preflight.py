@@ -325,7 +325,7 @@ def run_checks(
     arithmetic: bool = True,
 ) -> list[Check]:
     """Every check, in checklist order; `arithmetic` False leaves out the capstone's arithmetic, which a
-    `make run` that holds lesson 16 times again at its start (a minute of an AVX2-only laptop's slot)."""
+    `make run` that holds lesson 16 times again at its start: the same timings twice in one slot."""
     versions = {package: _version(package) for package in ("tensorflow", "keras", "jax")}
     checks = check_versions(versions, sys.version_info[:2])
     checks.append(check_package())

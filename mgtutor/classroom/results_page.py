@@ -85,7 +85,7 @@ def run_line(summary: dict[str, Any], command: str = "make run") -> str:
 
 def _host_speed(summary: dict[str, Any]) -> str:
     """The reference step before and after the run, and the estimate made from the first: the same CPU on
-    a shared host runs its lessons up to twice as long in a busy hour, and these say which hour it was."""
+    a shared host runs its lessons longer in a busy hour, and these say which hour it was."""
     before = summary.get("reference_images_per_s")
     if not before:
         return ""
