@@ -358,10 +358,18 @@ class Pipeline:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
         codes = ", ".join(f"stage {s} exit code {p.exitcode}" for s, p in enumerate(self._processes)
                           if not p.is_alive())  # fmt: skip
+        # The pipeline is broken either way. A stage still starting (a slow hour) would print its own
+        # traceback after this error, burying the fix below it: stop the rest before raising.
+        alive = [process for process in self._processes if process.is_alive()]
+        for process in alive:
+            process.terminate()
+            process.join(timeout=5)
+        stopped = "; the others were stopped" if alive else ""
         return RuntimeError(
-            f"A pipeline worker process ended ({codes or 'none ended yet'}); its traceback, if any, is on "
-            "stderr above. In a script, create the Pipeline under `if __name__ == \"__main__\":`: the "
-            "workers start by spawning a fresh Python, which imports the script again. "
+            f"A pipeline worker process ended ({codes or 'none ended yet'}{stopped}); its traceback, if "
+            "any, is on stderr above. In a script, create the Pipeline under "
+            "`if __name__ == \"__main__\":`: the workers start by spawning a fresh Python, which imports "
+            "the script again. "
             "Make a new Pipeline to go on.")
 
     def close(self) -> None:

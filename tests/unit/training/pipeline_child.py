@@ -62,7 +62,8 @@ def main() -> None:
         try:
             pipe.step("GPipe", x, y, 2)
         except RuntimeError as err:
-            out["killed"] = {"error": str(err), "seconds": time.monotonic() - started}
+            out["killed"] = {"error": str(err), "seconds": time.monotonic() - started,
+                             "alive_after": [process.is_alive() for process in pipe._processes]}
     report_result(out)
 
 

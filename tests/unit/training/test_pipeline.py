@@ -143,6 +143,8 @@ def test_a_killed_worker_is_an_error_naming_the_stage_not_a_hang(child):
     # Returned at all: before, the step waited forever on the dead worker. The seconds are the live stage's
     # start (importing JAX, compiling: 32 s here beside a test-all run) and up to 5 s joining it.
     assert killed["seconds"] < 120
+    # No stage outlives the error: one still starting would print its traceback below the fix (CI, Dec 1).
+    assert killed["alive_after"] == [False, False]
 
 
 NO_GUARD = """
