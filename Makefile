@@ -89,7 +89,8 @@ check: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m mgtutor.classroom.preflight $(CHECK_ARGS)
 
 # Two tiers (tests marked `slow` are the difference): `make test`, about 3 minutes, for every change;
-# `make test-all`, everything CI runs (every notebook and solution, the child processes), about 20.
+# `make test-all`, everything CI runs (every notebook and solution, the child processes): its budget and where
+# its time goes are in CONTRIBUTING.md; pytest prints its own time and slowest tests.
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow" $(TEST_ARGS)
 
