@@ -312,9 +312,11 @@ def test_killed_twice_and_restarted_each_time_resumes_from_the_last_checkpoint(u
     last_saved = 0
     for kill_after in (4, 8):
         # Kill worker 1 like a crashed machine once the chief has saved step `kill_after` (of 12).
-        killed = launch(
-            JOB, 2, args=args, cwd=ROOT, timeout=240, kill_worker=1, kill_when=rf"saved: step {kill_after} "
-        )
+        # The chief's traceback after its peer's end can outrun launch's 40-line tail and push the
+        # "resuming" line out of it (CI, Dec 1): keep its whole log.
+        with LocalCluster(JOB, 2, args=args, cwd=ROOT, tail_lines=10_000, kill_worker=1,
+                          kill_when=rf"saved: step {kill_after} ") as cluster:  # fmt: skip
+            killed = cluster.wait(240)
         assert not killed.ok and killed.returncodes[1] == -9 and killed.returncodes[0] != 0, killed.summary()
         assert "worker 1 killed by the launcher" in killed.reason
         _assert_nothing_left(killed)
