@@ -208,28 +208,41 @@ def compile_plain(model: keras.Model, xla: bool) -> None:
                   loss=keras.losses.CategoricalCrossentropy(from_logits=True))
 
 
+def screen_choices(models: dict, images, labels, keep_above: float) -> tuple[dict, dict, list]:
+    """Each compiled model of `models` (by choice) trains two steps on `images`, the second timed: a choice
+    under `keep_above` of the fastest's pace there is left out before more of it costs the most (bfloat16
+    with no bfloat16 instructions). The first steps' seconds, the timed rates, the choices kept."""
+    first, rates = {}, {}
+    for choice, model in models.items():
+        first[choice] = len(images) / one_step_rate(model, images, labels)  # it traces
+        rates[choice] = one_step_rate(model, images, labels)
+    return first, rates, [choice for choice in models if rates[choice] >= keep_above * max(rates.values())]
+
+
 def race_arithmetic(build, images, labels, choices, rounds: int = 3, keep_above: float = 0.5,
-                    compile_model=compile_plain) -> dict:
+                    compile_model=compile_plain, screen: int | None = None) -> dict:
     """Each (precision, xla) of `choices`: a model from `build()`, compiled by `compile_model(model, xla)` as
-    training will be (its first step then traces what training's will), trained on one batch; after a warm-up
-    round, `rounds` timed rounds of one step, the choices in turn (a change of the machine's pace slows all
-    alike), bar those under `keep_above` of the fastest's warm-up pace, whose one round is their warm-up. Per
-    choice: the median images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's
-    rate."""
-    models, first = {}, {}
+    training will be (its first step then traces what training's will), trained on one batch: a first step
+    and a warm-up, then `rounds` timed rounds of one step, the choices in turn (a change of the machine's pace
+    slows all alike). Those `screen_choices` leaves out after their warm-up, on the first `screen` images
+    (None, or one choice: the batch), are timed no more: their one round is that step. Per choice: the median
+    images/s, the first step's extra seconds (it traces; with XLA, compiles), each round's rate."""
+    models, part = {}, min(screen or len(images), len(images)) if len(choices) > 1 else len(images)
     for precision, xla in choices:
         keras.mixed_precision.set_global_policy(precision)  # the layers `build` makes compute in it
         models[precision, xla] = model = build()
         compile_model(model, xla)
-        first[precision, xla] = len(images) / one_step_rate(model, images, labels)  # seconds
-    warm_up = {choice: one_step_rate(model, images, labels) for choice, model in models.items()}
-    kept = [choice for choice in models if warm_up[choice] >= keep_above * max(warm_up.values())]
-    rates = {choice: [] if choice in kept else [warm_up[choice]] for choice in models}
-    for _ in range(rounds):  # the slowest choice's rounds would cost the most
+    first, warm, kept = screen_choices(models, images[:part], labels[:part], keep_above)
+    for choice in kept if part < len(images) else ():  # the whole batch's shapes trace anew; a warm-up
+        first[choice] = len(images) / one_step_rate(models[choice], images, labels)
+        one_step_rate(models[choice], images, labels)
+    rates = {choice: [] if choice in kept else [warm[choice]] for choice in models}
+    for _ in range(rounds):
         for choice in kept:
             rates[choice].append(one_step_rate(models[choice], images, labels))
     medians = {choice: float(np.median(each)) for choice, each in rates.items()}
-    return {c: (medians[c], max(0.0, first[c] - len(images) / medians[c]), rates[c]) for c in models}
+    size = {choice: len(images) if choice in kept else part for choice in models}  # of its first step
+    return {c: (medians[c], max(0.0, first[c] - size[c] / medians[c]), rates[c]) for c in models}
 
 
 def step_rate(build, images, labels, precision: str, xla: bool, steps: int = 3,

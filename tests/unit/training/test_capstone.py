@@ -347,9 +347,9 @@ def _toy_batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.normal(size=(32, 8)).astype(np.float32), np.eye(4, dtype=np.float32)[rng.integers(0, 4, 32)]
 
 
-def _logged_build(steps: list[str], slow_bfloat16: float = 0.0):
-    """A small Dense model's builder whose every training step logs the format it was made in (and, for
-    `mixed_bfloat16`, sleeps `slow_bfloat16` s more: a choice far behind the other)."""
+def _logged_build(steps: list[str], slow_bfloat16: float = 0.0, sizes: list[int] | None = None):
+    """A small Dense model's builder whose every training step logs the format it was made in, and its images
+    in `sizes` (for `mixed_bfloat16` it sleeps `slow_bfloat16` s more: a choice far behind the other)."""
     import time
 
     import keras
@@ -362,6 +362,7 @@ def _logged_build(steps: list[str], slow_bfloat16: float = 0.0):
 
         def step(*args, **kwargs):
             steps.append(made)
+            (sizes if sizes is not None else []).append(len(args[0]))
             time.sleep(slow_bfloat16 if made == "mixed_bfloat16" else 0)
             return train(*args, **kwargs)
 
@@ -396,29 +397,60 @@ def test_race_arithmetic_times_the_choices_in_turn_each_in_its_format():
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"  # the last choice's
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    # each made in its format; a first step each, then a round not timed and 3 timed ones, taking turns
-    assert steps == ["float32", "mixed_bfloat16"] * 5
+    # each made in its format; its first step and a warm-up each, then 3 timed rounds, taking turns
+    assert steps == ["float32"] * 2 + ["mixed_bfloat16"] * 2 + ["float32", "mixed_bfloat16"] * 3
     assert list(timed) == choices
     for rate, tracing, rounds in timed.values():
         assert len(rounds) == 3 and min(rounds) > 0 and rate == float(np.median(rounds)) and tracing >= 0
 
 
-def test_race_arithmetic_times_a_choice_far_behind_in_its_warm_up_no_more():
+def test_race_arithmetic_never_trains_a_whole_batch_of_a_choice_far_behind_on_the_screen():
     import keras
 
     x, y = _toy_batch(8)
-    steps = []  # the bfloat16 model's every step takes 0.2 s more: far slower than a float32 step here
+    steps, sizes = [], []  # the bfloat16 model's every step takes 0.2 s more: far slower than float32's here
     choices = [("float32", False), ("mixed_bfloat16", False)]
     try:
-        build = _logged_build(steps, slow_bfloat16=0.2)
-        timed = race_arithmetic(build, x, y, choices, rounds=3, keep_above=0.5)
+        build = _logged_build(steps, slow_bfloat16=0.2, sizes=sizes)
+        timed = race_arithmetic(build, x, y, choices, rounds=3, keep_above=0.5, screen=4)
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    # a first step each and the warm-up round for both; then the timed rounds for float32 alone
-    assert steps == ["float32", "mixed_bfloat16"] * 2 + ["float32"] * 3
-    (fast, _, fast_rounds), (slow, _, slow_rounds) = timed["float32", False], timed["mixed_bfloat16", False]
+    # two steps each on the screen's 4 images; then float32 alone: its first step, warm-up and 3 rounds
+    assert steps == ["float32"] * 2 + ["mixed_bfloat16"] * 2 + ["float32"] * 5
+    assert sizes == [4] * 4 + [32] * 5
+    (fast, _, fast_rounds), (slow, tracing, slow_rounds) = timed.values()
     assert len(fast_rounds) == 3 and fast == float(np.median(fast_rounds))
+    assert len(slow_rounds) == 1 and slow == slow_rounds[0] < 4 / 0.2 < 0.5 * fast  # its screened step's rate
+    assert tracing >= 0
+
+
+def test_race_arithmetic_without_a_screen_times_a_choice_far_behind_in_its_warm_up_no_more():
+    import keras
+
+    x, y = _toy_batch(11)
+    steps, sizes = [], []
+    choices = [("float32", False), ("mixed_bfloat16", False)]
+    try:
+        timed = race_arithmetic(_logged_build(steps, 0.2, sizes), x, y, choices, rounds=3, keep_above=0.5)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # a first step and a warm-up each on the whole batch; then the timed rounds for float32 alone
+    assert steps == ["float32"] * 2 + ["mixed_bfloat16"] * 2 + ["float32"] * 3 and sizes == [32] * 7
+    (fast, _, _), (slow, _, slow_rounds) = timed.values()
     assert len(slow_rounds) == 1 and slow == slow_rounds[0] < 32 / 0.2 < 0.5 * fast  # its warm-up's rate
+
+
+def test_race_arithmetic_of_one_choice_screens_nothing():
+    import keras
+
+    x, y = _toy_batch(10)
+    steps, sizes = [], []
+    try:
+        build = _logged_build(steps, sizes=sizes)
+        timed = race_arithmetic(build, x, y, [("float32", False)], rounds=2, screen=4)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert sizes == [32] * 4 and len(timed["float32", False][2]) == 2  # first step, warm-up, 2 rounds
 
 
 def test_race_arithmetic_compiles_each_model_as_training_will():
